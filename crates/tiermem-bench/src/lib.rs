@@ -1,0 +1,13 @@
+//! `tiermem bench`: a pmbench-style paging benchmark.
+//!
+//! The same workload runs in separate worker processes, one per mode (plain
+//! DRAM, tiermem, kernel swap in a memory cgroup), and the results are shown
+//! side by side with ratios. Every page is stamped and verified at the end.
+
+pub mod histogram;
+pub mod kernel_swap;
+pub mod pattern;
+pub mod report;
+pub mod result;
+pub mod runner;
+pub mod worker;

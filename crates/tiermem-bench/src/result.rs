@@ -1,0 +1,86 @@
+//! The data a worker hands back to the parent: one `ModeResult` per mode.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::histogram::LatencyHistogram;
+
+/// Which memory system a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Plain anonymous memory, no limit.
+    Dram,
+    /// tiermem with the configured budget and backing store.
+    Tiermem,
+    /// Plain anonymous memory inside a memory cgroup limited to the budget, with swap.
+    KernelSwap,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Dram, Mode::Tiermem, Mode::KernelSwap];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Dram => "dram",
+            Mode::Tiermem => "tiermem",
+            Mode::KernelSwap => "kernel-swap",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "dram" => Ok(Mode::Dram),
+            "tiermem" => Ok(Mode::Tiermem),
+            "kernel-swap" | "swap" => Ok(Mode::KernelSwap),
+            _ => Err(format!(
+                "unknown mode '{s}': expected dram, tiermem or kernel-swap"
+            )),
+        }
+    }
+}
+
+/// Outcome of the end-of-run check of every page's stamp.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    pub pages_checked: u64,
+    /// Pages whose identity stamp is gone (zeroed or overwritten by another page).
+    pub lost: u64,
+    /// Pages whose identity is right but whose content is not the last value written.
+    pub corrupted: u64,
+    /// The first bad page index, to start debugging from.
+    pub first_bad_page: Option<u64>,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.lost == 0 && self.corrupted == 0
+    }
+}
+
+/// Everything one mode measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModeResult {
+    pub mode: Mode,
+    /// Measured accesses (warm-up excluded).
+    pub accesses: u64,
+    pub reads: u64,
+    pub writes: u64,
+    /// Wall time of the measured phase, seconds.
+    pub elapsed_s: f64,
+    /// accesses / elapsed_s. Each access touches one page, as in pmbench.
+    pub pages_per_sec: f64,
+    /// Latency of every measured access, nanoseconds.
+    pub latency: LatencyHistogram,
+    /// Accesses at or above this latency count as "slow" (a fault, a miss).
+    pub slow_threshold_ns: u64,
+    pub verify: VerifyReport,
+    /// Mode-specific counters: tiermem stats, cgroup fault and swap counts.
+    pub counters: BTreeMap<String, f64>,
+    /// Why a mode was skipped or what to keep in mind when reading it.
+    pub notes: Vec<String>,
+}

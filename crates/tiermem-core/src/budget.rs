@@ -1,0 +1,103 @@
+//! DRAM budget accounting. A page is charged before it is installed and
+//! uncharged once it is out of DRAM, so resident tiered memory never exceeds
+//! the limit. Faults only block here when DRAM is exhausted and they must
+//! wait for the evictor.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+pub struct Budget {
+    limit_pages: AtomicU64,
+    charged: AtomicU64,
+    peak: AtomicU64,
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    freed: Condvar,
+}
+
+impl Budget {
+    pub fn new(limit_pages: u64) -> Budget {
+        Budget {
+            limit_pages: AtomicU64::new(limit_pages),
+            charged: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            freed: Condvar::new(),
+        }
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit_pages.load(Ordering::Acquire)
+    }
+
+    pub fn set_limit(&self, pages: u64) {
+        self.limit_pages.store(pages, Ordering::Release);
+    }
+
+    pub fn charged(&self) -> u64 {
+        self.charged.load(Ordering::Acquire)
+    }
+
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Pages that may still be charged before the limit.
+    pub fn headroom(&self) -> u64 {
+        self.limit().saturating_sub(self.charged())
+    }
+
+    /// How far over the limit we are (after a shrink).
+    pub fn excess(&self) -> u64 {
+        self.charged().saturating_sub(self.limit())
+    }
+
+    /// Charges one page if it fits under the limit.
+    pub fn try_charge(&self) -> bool {
+        let limit = self.limit();
+        let mut cur = self.charged.load(Ordering::Acquire);
+        loop {
+            if cur >= limit {
+                return false;
+            }
+            match self.charged.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.peak.fetch_max(cur + 1, Ordering::Relaxed);
+                    return true;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Charges one page, waiting for the evictor while DRAM is full.
+    /// `kick` wakes the evictor; it is called before every wait.
+    pub fn charge(&self, kick: impl Fn()) -> bool {
+        if self.try_charge() {
+            return false;
+        }
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        while !self.try_charge() {
+            kick();
+            let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            // The timeout covers a wake-up lost between the check and the wait.
+            let _ = self.freed.wait_timeout(guard, Duration::from_millis(1));
+        }
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
+        true
+    }
+
+    pub fn uncharge(&self, pages: u64) {
+        if pages == 0 {
+            return;
+        }
+        let prev = self.charged.fetch_sub(pages, Ordering::AcqRel);
+        debug_assert!(prev >= pages, "budget underflow");
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.freed.notify_all();
+        }
+    }
+}

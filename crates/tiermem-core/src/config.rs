@@ -1,0 +1,410 @@
+//! All of tiermem's settings in one place.
+//!
+//! A [`Config`] comes from the builder API, from `TIERMEM_*` environment
+//! variables ([`Config::from_env`]), or from CLI flags (which the CLI turns into
+//! the same environment variables or builder calls). Every value goes through
+//! the same parsers, so a bad value gets the same error wherever it came from:
+//! the setting, the value, and the accepted form.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+pub const ENV_DRAM: &str = "TIERMEM_DRAM";
+pub const ENV_BACKING: &str = "TIERMEM_BACKING";
+pub const ENV_BACKING_SIZE: &str = "TIERMEM_BACKING_SIZE";
+pub const ENV_PAGE_SIZE: &str = "TIERMEM_PAGE_SIZE";
+pub const ENV_POLICY: &str = "TIERMEM_POLICY";
+pub const ENV_HANDLER_THREADS: &str = "TIERMEM_HANDLER_THREADS";
+
+pub const MIN_PAGE_SIZE: usize = 4096;
+pub const MAX_PAGE_SIZE: usize = 2 << 20;
+const DEFAULT_BUDGET_PERCENT: u64 = 25;
+const DEFAULT_BACKING_DIR: &str = "/var/tmp";
+const MAX_HANDLER_THREADS: usize = 64;
+
+const SIZE_FORM: &str =
+    "expected a size like 262144, 256K, 256M, 4G or 25% (of physical RAM)";
+
+/// Which pages leave DRAM first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// Evict in page-in order: the thesis's baseline. Blind to references.
+    Fifo,
+    /// Second chance with real reference detection: write faults and
+    /// soft-unmapped probation (see `policy::clock`). The default.
+    Clock,
+}
+
+impl PolicyKind {
+    pub const ALL: [PolicyKind; 2] = [PolicyKind::Fifo, PolicyKind::Clock];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Fifo => "fifo",
+            PolicyKind::Clock => "clock",
+        }
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fifo" => Ok(PolicyKind::Fifo),
+            "clock" | "second-chance" => Ok(PolicyKind::Clock),
+            _ => Err(invalid(ENV_POLICY, s, "expected fifo or clock")),
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A size as the user wrote it: absolute bytes or a share of physical RAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeSpec {
+    Bytes(u64),
+    PercentOfRam(u64),
+}
+
+impl SizeSpec {
+    pub fn resolve(self) -> u64 {
+        match self {
+            SizeSpec::Bytes(b) => b,
+            SizeSpec::PercentOfRam(p) => physical_ram_bytes().saturating_mul(p) / 100,
+        }
+    }
+}
+
+/// Parses `262144`, `256K`, `256M`, `4G`, `1.5G`, `1T` (binary units; an
+/// optional `B`/`iB` suffix is accepted) and `25%` of physical RAM.
+pub fn parse_size(setting: &'static str, text: &str) -> Result<SizeSpec> {
+    let t = text.trim();
+    let bad = || invalid(setting, text, SIZE_FORM);
+    if let Some(pct) = t.strip_suffix('%') {
+        let p: u64 = pct.trim().parse().map_err(|_| bad())?;
+        if p == 0 || p > 100 {
+            return Err(invalid(setting, text, "a percentage must be between 1% and 100%"));
+        }
+        return Ok(SizeSpec::PercentOfRam(p));
+    }
+    let upper = t.to_ascii_uppercase();
+    let digits_end = upper
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(upper.len());
+    let (number, unit) = upper.split_at(digits_end);
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(bad()),
+    };
+    if number.is_empty() {
+        return Err(bad());
+    }
+    let bytes = if number.contains('.') {
+        let v: f64 = number.parse().map_err(|_| bad())?;
+        let b = v * (1u64 << shift) as f64;
+        if !b.is_finite() || b >= u64::MAX as f64 {
+            return Err(bad());
+        }
+        b as u64
+    } else {
+        let v: u64 = number.parse().map_err(|_| bad())?;
+        v.checked_mul(1u64 << shift).ok_or_else(bad)?
+    };
+    Ok(SizeSpec::Bytes(bytes))
+}
+
+/// Physical RAM of this machine, in bytes.
+pub fn physical_ram_bytes() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    (pages.max(0) as u64).saturating_mul(page.max(0) as u64)
+}
+
+fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
+    Error::InvalidSetting {
+        setting,
+        value: value.to_string(),
+        expected: expected.to_string(),
+    }
+}
+
+/// The validated configuration of one tiermem runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Most DRAM the tiered pages may occupy, in bytes.
+    pub dram_budget: u64,
+    /// A directory (a private file is created there), a file, or a block device.
+    pub backing: PathBuf,
+    /// Upper bound on the backing store; `None` means as much as the device has.
+    pub backing_size: Option<u64>,
+    /// Unit of paging (the "cache line"), a power of two in 4 KiB..=2 MiB.
+    pub page_size: usize,
+    pub policy: PolicyKind,
+    /// Threads that read and serve userfaultfd events.
+    pub handler_threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            dram_budget: SizeSpec::PercentOfRam(DEFAULT_BUDGET_PERCENT).resolve(),
+            backing: default_backing_dir(),
+            backing_size: None,
+            page_size: MIN_PAGE_SIZE,
+            policy: PolicyKind::Clock,
+            handler_threads: default_handler_threads(),
+        }
+    }
+}
+
+fn default_backing_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_BACKING_DIR)
+}
+
+fn default_handler_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4)
+}
+
+impl Config {
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
+    }
+
+    /// Defaults overridden by whatever `TIERMEM_*` variables are set.
+    pub fn from_env() -> Result<Config> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`Config::from_env`] but reads variables through `lookup`, so
+    /// tests and the CLI can supply their own environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut b = Config::builder();
+        if let Some(v) = lookup(ENV_DRAM) {
+            b.dram_budget = Some(parse_size(ENV_DRAM, &v)?.resolve());
+        }
+        if let Some(v) = lookup(ENV_BACKING) {
+            b = b.backing(v);
+        }
+        if let Some(v) = lookup(ENV_BACKING_SIZE) {
+            b.backing_size = Some(parse_size(ENV_BACKING_SIZE, &v)?.resolve());
+        }
+        if let Some(v) = lookup(ENV_PAGE_SIZE) {
+            b.page_size = Some(parse_size(ENV_PAGE_SIZE, &v)?.resolve());
+        }
+        if let Some(v) = lookup(ENV_POLICY) {
+            b.policy = Some(v.parse()?);
+        }
+        if let Some(v) = lookup(ENV_HANDLER_THREADS) {
+            b.handler_threads = Some(v.trim().parse().map_err(|_| {
+                invalid(ENV_HANDLER_THREADS, &v, "expected a whole number from 1 to 64")
+            })?);
+        }
+        b.build()
+    }
+
+    /// The same configuration as `TIERMEM_*` variables, for a child process.
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![
+            (ENV_DRAM, self.dram_budget.to_string()),
+            (ENV_BACKING, self.backing.display().to_string()),
+            (ENV_PAGE_SIZE, self.page_size.to_string()),
+            (ENV_POLICY, self.policy.name().to_string()),
+            (ENV_HANDLER_THREADS, self.handler_threads.to_string()),
+        ];
+        if let Some(size) = self.backing_size {
+            env.push((ENV_BACKING_SIZE, size.to_string()));
+        }
+        env
+    }
+
+    pub fn budget_pages(&self) -> u64 {
+        self.dram_budget / self.page_size as u64
+    }
+}
+
+/// Builder for [`Config`]; unset fields keep their defaults.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigBuilder {
+    dram_budget: Option<u64>,
+    backing: Option<PathBuf>,
+    backing_size: Option<u64>,
+    page_size: Option<u64>,
+    policy: Option<PolicyKind>,
+    handler_threads: Option<usize>,
+}
+
+impl ConfigBuilder {
+    pub fn dram_budget(mut self, bytes: u64) -> Self {
+        self.dram_budget = Some(bytes);
+        self
+    }
+    pub fn backing(mut self, path: impl AsRef<Path>) -> Self {
+        self.backing = Some(path.as_ref().to_path_buf());
+        self
+    }
+    pub fn backing_size(mut self, bytes: u64) -> Self {
+        self.backing_size = Some(bytes);
+        self
+    }
+    pub fn page_size(mut self, bytes: usize) -> Self {
+        self.page_size = Some(bytes as u64);
+        self
+    }
+    pub fn policy(mut self, policy: PolicyKind) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+    pub fn handler_threads(mut self, n: usize) -> Self {
+        self.handler_threads = Some(n);
+        self
+    }
+
+    /// Checks every value and fills in defaults.
+    pub fn build(self) -> Result<Config> {
+        let defaults = Config::default();
+        let page_size = validate_page_size(self.page_size.unwrap_or(MIN_PAGE_SIZE as u64))?;
+        let dram_budget = self.dram_budget.unwrap_or(defaults.dram_budget);
+        if dram_budget < page_size as u64 * MIN_BUDGET_PAGES {
+            return Err(invalid(
+                ENV_DRAM,
+                &dram_budget.to_string(),
+                &format!(
+                    "the budget must hold at least {MIN_BUDGET_PAGES} pages ({} bytes at page size {page_size})",
+                    page_size as u64 * MIN_BUDGET_PAGES
+                ),
+            ));
+        }
+        let backing = self.backing.unwrap_or(defaults.backing);
+        if backing.as_os_str().is_empty() {
+            return Err(invalid(ENV_BACKING, "", "expected a directory, a file or a block device"));
+        }
+        if let Some(size) = self.backing_size {
+            if size < page_size as u64 {
+                return Err(invalid(
+                    ENV_BACKING_SIZE,
+                    &size.to_string(),
+                    "the backing store must hold at least one page",
+                ));
+            }
+        }
+        let handler_threads = self.handler_threads.unwrap_or(defaults.handler_threads);
+        if !(1..=MAX_HANDLER_THREADS).contains(&handler_threads) {
+            return Err(invalid(
+                ENV_HANDLER_THREADS,
+                &handler_threads.to_string(),
+                "expected a whole number from 1 to 64",
+            ));
+        }
+        Ok(Config {
+            dram_budget,
+            backing,
+            backing_size: self.backing_size,
+            page_size,
+            policy: self.policy.unwrap_or(defaults.policy),
+            handler_threads,
+        })
+    }
+}
+
+/// A budget below this many pages cannot make progress: every handler thread
+/// plus the evictor's batch needs frames at once.
+pub const MIN_BUDGET_PAGES: u64 = 16;
+
+fn validate_page_size(bytes: u64) -> Result<usize> {
+    let ok = bytes.is_power_of_two()
+        && (MIN_PAGE_SIZE as u64..=MAX_PAGE_SIZE as u64).contains(&bytes);
+    if ok {
+        Ok(bytes as usize)
+    } else {
+        Err(invalid(
+            ENV_PAGE_SIZE,
+            &bytes.to_string(),
+            "expected a power of two from 4K to 2M (4096 to 2097152 bytes)",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn bytes(s: &str) -> u64 {
+        parse_size(ENV_DRAM, s).unwrap().resolve()
+    }
+
+    #[test]
+    fn sizes_in_every_documented_form() {
+        assert_eq!(bytes("262144"), 262144);
+        assert_eq!(bytes("256K"), 256 << 10);
+        assert_eq!(bytes("256M"), 256 << 20);
+        assert_eq!(bytes("4G"), 4 << 30);
+        assert_eq!(bytes("4GiB"), 4 << 30);
+        assert_eq!(bytes("1.5G"), 3 << 29);
+        assert_eq!(bytes(" 64m "), 64 << 20);
+        let quarter = bytes("25%");
+        assert_eq!(quarter, physical_ram_bytes() / 4);
+    }
+
+    #[test]
+    fn bad_sizes_name_setting_value_and_form() {
+        for bad in ["", "12Q", "G", "-1", "0%", "150%", "99999999999T", "1.2.3G"] {
+            let err = parse_size(ENV_DRAM, bad).unwrap_err().to_string();
+            assert!(err.contains("TIERMEM_DRAM"), "{err}");
+            assert!(err.contains(&format!("'{bad}'")), "{err}");
+        }
+        let err = parse_size(ENV_DRAM, "12Q").unwrap_err().to_string();
+        assert!(err.contains("256M"), "accepted form missing: {err}");
+    }
+
+    #[test]
+    fn env_overrides_defaults() {
+        let env: HashMap<&str, &str> = [
+            (ENV_DRAM, "64M"),
+            (ENV_BACKING, "/var/tmp"),
+            (ENV_PAGE_SIZE, "64K"),
+            (ENV_POLICY, "fifo"),
+            (ENV_HANDLER_THREADS, "3"),
+        ]
+        .into();
+        let c = Config::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(c.dram_budget, 64 << 20);
+        assert_eq!(c.page_size, 64 << 10);
+        assert_eq!(c.policy, PolicyKind::Fifo);
+        assert_eq!(c.handler_threads, 3);
+        let back = Config::from_lookup(|k| {
+            c.to_env().into_iter().find(|(n, _)| *n == k).map(|(_, v)| v)
+        })
+        .unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn invalid_env_values_are_rejected_with_the_setting_name() {
+        let cases = [
+            (ENV_PAGE_SIZE, "3000", "power of two"),
+            (ENV_PAGE_SIZE, "4M", "power of two"),
+            (ENV_POLICY, "lru-ish", "fifo or clock"),
+            (ENV_HANDLER_THREADS, "0", "1 to 64"),
+            (ENV_HANDLER_THREADS, "many", "1 to 64"),
+            (ENV_DRAM, "4K", "at least 16 pages"),
+        ];
+        for (name, value, hint) in cases {
+            let err = Config::from_lookup(|k| (k == name).then(|| value.to_string()))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(name), "{err}");
+            assert!(err.contains(hint), "{err}");
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Errors of the tiermem runtime. Each one says what failed and, where the
+//! user can act, how to fix it.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Everything that can go wrong when configuring or running tiermem.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A setting has a value tiermem cannot use.
+    #[error("invalid {setting} '{value}': {expected}")]
+    InvalidSetting {
+        setting: &'static str,
+        value: String,
+        expected: String,
+    },
+
+    /// Neither the userfaultfd syscall nor /dev/userfaultfd may be used.
+    #[error(
+        "userfaultfd is not permitted for this process ({syscall_error}; /dev/userfaultfd: {device_error}).\n\
+         tiermem needs full (not user-mode-only) userfaultfd. Fix it with one of:\n  \
+         sudo sysctl -w vm.unprivileged_userfaultfd=1\n  \
+         or give this user read/write access to /dev/userfaultfd (e.g. sudo setfacl -m u:$USER:rw /dev/userfaultfd)\n  \
+         or run as root / with CAP_SYS_PTRACE"
+    )]
+    UffdNotPermitted {
+        syscall_error: io::Error,
+        device_error: io::Error,
+    },
+
+    /// The kernel lacks a userfaultfd feature tiermem relies on.
+    #[error("userfaultfd on this kernel lacks {missing}; tiermem needs Linux 5.19 or newer with write-protect support")]
+    UffdFeatureMissing { missing: String },
+
+    /// The backing store could not be opened or prepared.
+    #[error("backing store {path}: {what}: {source}")]
+    Backing {
+        path: PathBuf,
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+
+    /// A request for more memory than the backing store can ever hold.
+    #[error("out of backing space: {requested} bytes requested, {available} bytes left in the backing store")]
+    OutOfBackingSpace { requested: u64, available: u64 },
+
+    /// A system call failed at a point where no better context exists.
+    #[error("{what}: {source}")]
+    Os {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+
+    /// A pointer that tiermem did not hand out, or handed out and already freed.
+    #[error("{0:#x} is not the start of a live tiermem allocation")]
+    UnknownPointer(usize),
+
+    /// The runtime is shutting down or failed to start earlier.
+    #[error("tiermem is not available: {0}")]
+    Unavailable(String),
+}
+
+impl Error {
+    /// The errno that best describes this error to a C caller.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::InvalidSetting { .. } | Error::UnknownPointer(_) => libc::EINVAL,
+            Error::UffdNotPermitted { .. } => libc::EPERM,
+            Error::UffdFeatureMissing { .. } => libc::ENOSYS,
+            Error::OutOfBackingSpace { .. } => libc::ENOMEM,
+            Error::Backing { source, .. } | Error::Os { source, .. } => {
+                source.raw_os_error().unwrap_or(libc::EIO)
+            }
+            Error::Unavailable(_) => libc::ENODEV,
+        }
+    }
+
+    pub(crate) fn os(what: &'static str) -> impl FnOnce(io::Error) -> Error {
+        move |source| Error::Os { what, source }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

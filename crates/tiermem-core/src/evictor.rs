@@ -1,0 +1,283 @@
+//! The evictor keeps free DRAM between two watermarks, off the fault path.
+//!
+//! Eviction has two steps:
+//! 1. **Demote**: the policy picks resident victims. Each is taken over
+//!    (`Evicting`), write-protected if dirty so no write can slip past the
+//!    copy, copied into a runtime frame when its content must be kept, and
+//!    unmapped. Zaps are batched: one TLB shootdown per batch, not per page.
+//!    A clean page whose slot copy is valid needs no frame at all under FIFO.
+//! 2. **Evict from probation**: pages that sat in probation untouched leave
+//!    DRAM. Clean ones are dropped (their slot is valid), all-zero ones
+//!    become `Zero` again, and dirty ones are written in one batch to fresh,
+//!    ascending slots, so adjacent slots merge into large writes.
+//!
+//! Policies without probation send demoted pages straight through step 2.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::frames::FrameNo;
+use crate::page_table::{Kind, PageNo, PageState};
+use crate::runtime::Shared;
+use crate::stats::Counters;
+use crate::store::SlotWrite;
+use crate::sys::mem::Zapper;
+
+/// Pages per demotion or write batch.
+pub const BATCH: usize = 64;
+
+pub(crate) fn evictor_loop(rt: &Shared) {
+    let mut ev = Evictor::new(rt);
+    while !rt.stopping() {
+        rt.wait_until_eviction_needed(Duration::from_millis(5));
+        ev.run();
+    }
+}
+
+struct Demoted {
+    page: PageNo,
+    state: PageState,
+    frame: Option<FrameNo>,
+}
+
+struct Evictor<'a> {
+    rt: &'a Shared,
+    probation: VecDeque<PageNo>,
+    victims: Vec<PageNo>,
+    demoted: Vec<Demoted>,
+    zapper: Zapper,
+    slots: Vec<u64>,
+    writes: Vec<SlotWrite>,
+    to_write: Vec<(PageNo, PageState, FrameNo)>,
+}
+
+impl<'a> Evictor<'a> {
+    fn new(rt: &'a Shared) -> Self {
+        Evictor {
+            rt,
+            probation: VecDeque::new(),
+            victims: Vec::with_capacity(BATCH),
+            demoted: Vec::with_capacity(BATCH),
+            zapper: Zapper::new(),
+            slots: Vec::with_capacity(BATCH),
+            writes: Vec::with_capacity(BATCH),
+            to_write: Vec::with_capacity(BATCH),
+        }
+    }
+
+    /// Frees pages until the watermark is restored or nothing can move.
+    fn run(&mut self) {
+        loop {
+            let need = self.rt.pages_to_free();
+            if need == 0 || self.rt.stopping() {
+                return;
+            }
+            let n = (need as usize).min(BATCH);
+            let demoted = self.fill_probation(n);
+            let freed = self.evict_from_probation(n);
+            if demoted == 0 && freed == 0 {
+                // Nothing evictable right now (pages busy or none resident).
+                std::thread::sleep(Duration::from_micros(200));
+                return;
+            }
+        }
+    }
+
+    /// Demotes until probation holds its target plus the `n` pages about to
+    /// leave, so that it keeps its size while pages flow through it.
+    fn fill_probation(&mut self, n: usize) -> usize {
+        let want = self.rt.probation_target() as usize + n;
+        let mut demoted = 0;
+        while self.probation.len() < want {
+            let batch = (want - self.probation.len()).min(BATCH);
+            let got = self.demote(batch);
+            if got == 0 {
+                break;
+            }
+            demoted += got;
+        }
+        demoted
+    }
+
+    /// Step 1. Returns how many pages were unmapped.
+    fn demote(&mut self, want: usize) -> usize {
+        if want == 0 {
+            return 0;
+        }
+        let rt = self.rt;
+        self.victims.clear();
+        rt.policy.pick_victims(&rt.table, want, &mut self.victims);
+        let keep_in_dram = rt.policy.probation_share() > 0;
+        self.demoted.clear();
+        for i in 0..self.victims.len() {
+            let page = self.victims[i];
+            if let Some(d) = self.take_over(page, keep_in_dram) {
+                if let Err(e) = self.zapper.push(rt.page_addr(page), rt.page_size) {
+                    rt.fatal(&format!("unmapping evicted pages failed: {e}"));
+                }
+                self.demoted.push(d);
+            }
+        }
+        if let Err(e) = self.zapper.flush() {
+            rt.fatal(&format!("unmapping evicted pages failed: {e}"));
+        }
+        for d in self.demoted.drain(..) {
+            match d.frame {
+                Some(frame) => {
+                    rt.table.set_frame(d.page, frame);
+                    rt.table.finish(d.page, d.state.with_kind(Kind::Probation).with_referenced(false));
+                    self.probation.push_back(d.page);
+                }
+                None => {
+                    rt.table.finish(d.page, d.state.with_kind(Kind::Stored).with_referenced(false));
+                    rt.budget.uncharge(1);
+                    Counters::add(&rt.counters.clean_drops, 1);
+                }
+            }
+        }
+        self.victims.len()
+    }
+
+    /// Owns a resident victim and saves its content where needed.
+    fn take_over(&mut self, page: PageNo, keep_in_dram: bool) -> Option<Demoted> {
+        let rt = self.rt;
+        let state = loop {
+            let s = rt.table.load(page);
+            if s.kind() != Kind::Resident {
+                // Busy or gone; whoever owns it re-admits it if it stays resident.
+                return None;
+            }
+            if rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+                break s;
+            }
+        };
+        let addr = rt.page_addr(page);
+        if state.is_dirty() {
+            // Clean pages are already write-protected; dirty ones must be,
+            // or a write between copy and zap would be lost.
+            if let Err(e) = rt.uffd.write_protect(addr, rt.page_size, true) {
+                rt.fatal(&format!("write-protecting page {page} for eviction failed: {e}"));
+            }
+        }
+        let needs_copy = keep_in_dram || state.is_dirty() || state.slot().is_none();
+        if !needs_copy {
+            return Some(Demoted { page, state, frame: None });
+        }
+        let Some(frame) = rt.frames.alloc() else {
+            // Out of frames: leave the page where it is.
+            if state.is_dirty() {
+                let _ = rt.uffd.write_protect(addr, rt.page_size, false);
+            }
+            rt.table.finish(page, state);
+            rt.policy.admit(&rt.table, page);
+            return None;
+        };
+        // SAFETY: the page is resident and write-protected, and we own it, so
+        // it is readable and stable; the frame is ours and page-sized.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, rt.frames.ptr(frame), rt.page_size) };
+        Some(Demoted { page, state, frame: Some(frame) })
+    }
+
+    /// Step 2. Returns how many pages left DRAM.
+    fn evict_from_probation(&mut self, want: usize) -> usize {
+        let rt = self.rt;
+        let mut freed = 0;
+        self.to_write.clear();
+        while freed + self.to_write.len() < want {
+            let Some(page) = self.probation.pop_front() else { break };
+            let Some(state) = self.own_probation_page(page) else { continue };
+            let frame = rt.table.frame(page);
+            if !state.is_dirty() && state.slot().is_some() {
+                self.drop_clean(page, state, frame);
+                freed += 1;
+            } else if frame_is_zero(rt.frames.ptr(frame), rt.page_size) {
+                self.drop_zero(page, state, frame);
+                freed += 1;
+            } else {
+                self.to_write.push((page, state, frame));
+            }
+        }
+        freed + self.write_back()
+    }
+
+    fn own_probation_page(&self, page: PageNo) -> Option<PageState> {
+        loop {
+            let s = self.rt.table.load(page);
+            if s.kind() != Kind::Probation {
+                return None; // rescued by a fault, or freed
+            }
+            if self.rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+                return Some(s);
+            }
+        }
+    }
+
+    fn drop_clean(&self, page: PageNo, state: PageState, frame: FrameNo) {
+        let rt = self.rt;
+        rt.table.finish(page, state.with_kind(Kind::Stored));
+        rt.frames.release(frame);
+        rt.budget.uncharge(1);
+        Counters::add(&rt.counters.clean_drops, 1);
+    }
+
+    fn drop_zero(&self, page: PageNo, state: PageState, frame: FrameNo) {
+        let rt = self.rt;
+        if let Some(slot) = state.slot() {
+            rt.slots.free(slot);
+        }
+        rt.table.finish(page, PageState::FREE.with_kind(Kind::Zero));
+        rt.frames.release(frame);
+        rt.budget.uncharge(1);
+        Counters::add(&rt.counters.zero_drops, 1);
+    }
+
+    /// Writes the dirty pages of `to_write` to fresh ascending slots.
+    fn write_back(&mut self) -> usize {
+        let rt = self.rt;
+        if self.to_write.is_empty() {
+            return 0;
+        }
+        rt.slots.alloc(self.to_write.len(), rt.store.backed_slots(), &mut self.slots);
+        if self.slots.len() < self.to_write.len() {
+            rt.fatal("the backing store ran out of slots for committed pages (accounting bug)");
+        }
+        self.writes.clear();
+        for (i, &(_, _, frame)) in self.to_write.iter().enumerate() {
+            self.writes.push(SlotWrite { slot: self.slots[i], src: rt.frames.ptr(frame) });
+        }
+        if let Err(e) = rt.store.write_batch(&self.writes) {
+            // Nothing is lost: the pages stay in their frames. Put them back
+            // in probation and try again later.
+            rt.report_io_error(&e);
+            for &slot in &self.slots {
+                rt.slots.free(slot);
+            }
+            for &(page, state, _) in &self.to_write {
+                rt.table.finish(page, state);
+                self.probation.push_front(page);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            return 0;
+        }
+        let n = self.to_write.len();
+        for (i, &(page, state, frame)) in self.to_write.iter().enumerate() {
+            if let Some(old) = state.slot() {
+                rt.slots.free(old);
+            }
+            let stored = state.with_kind(Kind::Stored).with_dirty(false).with_slot(Some(self.slots[i]));
+            rt.table.finish(page, stored);
+            rt.frames.release(frame);
+        }
+        rt.budget.uncharge(n as u64);
+        Counters::add(&rt.counters.page_outs, n as u64);
+        Counters::add(&rt.counters.bytes_written, (n * rt.page_size) as u64);
+        Counters::add(&rt.counters.write_batches, 1);
+        n
+    }
+}
+
+fn frame_is_zero(ptr: *const u8, len: usize) -> bool {
+    // SAFETY: `ptr` is a runtime frame of `len` bytes, 8-byte aligned.
+    let words = unsafe { std::slice::from_raw_parts(ptr as *const u64, len / 8) };
+    words.iter().all(|w| *w == 0)
+}

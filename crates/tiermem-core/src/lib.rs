@@ -1,0 +1,36 @@
+//! tiermem: a software Memory Mode for Linux.
+//!
+//! A bounded amount of DRAM caches a larger backing tier (an SSD file, a block
+//! device). Pages of a large virtual arena are served by userfaultfd handler
+//! threads: missing pages are read from the store, the evictor writes cold
+//! dirty pages back and drops clean ones.
+//!
+//! ```no_run
+//! use tiermem_core::{Config, Runtime, TieredBuf};
+//! let rt = Runtime::new(Config::builder().dram_budget(64 << 20).build()?)?;
+//! let mut buf = TieredBuf::new(&rt, 1 << 30)?; // 1 GiB in a 64 MiB budget
+//! buf[123_456_789] = 7;
+//! # Ok::<(), tiermem_core::Error>(())
+//! ```
+
+mod budget;
+mod buffer;
+pub mod config;
+mod error;
+mod evictor;
+mod fault;
+mod frames;
+pub mod global;
+mod page_table;
+mod policy;
+mod ranges;
+mod runtime;
+mod stats;
+mod store;
+pub mod sys;
+
+pub use buffer::TieredBuf;
+pub use config::{parse_size, Config, ConfigBuilder, PolicyKind, SizeSpec};
+pub use error::{Error, Result};
+pub use runtime::Runtime;
+pub use stats::{LatencySummary, Stats};

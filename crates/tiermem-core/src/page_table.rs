@@ -1,0 +1,251 @@
+//! Flat per-page state: one atomic word per tiermem page.
+//!
+//! The thesis kept pages in linked lists and spent 96% of its time searching
+//! them. Here a page's number is an index, its state is one `AtomicU64`, and
+//! every transition is a compare-and-swap. Whoever moves a page into a busy
+//! kind (`Loading`, `Evicting`) owns it exclusively until it moves it out.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::error::Result;
+use crate::sys::mem::Mapping;
+
+/// Where a page's content is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Not part of any allocation.
+    Free = 0,
+    /// Allocated, all zeros, not mapped, no slot.
+    Zero = 1,
+    /// Mapped in DRAM.
+    Resident = 2,
+    /// Not mapped; the content is in the page's store slot.
+    Stored = 3,
+    /// A handler thread is installing it (owned).
+    Loading = 4,
+    /// The evictor is taking it out (owned).
+    Evicting = 5,
+    /// Not mapped; the content waits in a DRAM frame. A touch brings it back
+    /// without I/O and counts as a reference.
+    Probation = 6,
+}
+
+const KIND_MASK: u64 = 0x7;
+/// The DRAM copy differs from the slot (or there is no slot).
+const DIRTY: u64 = 1 << 3;
+/// Referenced since the policy last looked.
+const REFERENCED: u64 = 1 << 4;
+/// The page has an entry in the policy's queue.
+const QUEUED: u64 = 1 << 5;
+const SLOT_SHIFT: u32 = 16;
+
+/// A decoded copy of a page's state word.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PageState(u64);
+
+impl PageState {
+    pub const FREE: PageState = PageState(0);
+
+    pub fn kind(self) -> Kind {
+        match self.0 & KIND_MASK {
+            0 => Kind::Free,
+            1 => Kind::Zero,
+            2 => Kind::Resident,
+            3 => Kind::Stored,
+            4 => Kind::Loading,
+            5 => Kind::Evicting,
+            _ => Kind::Probation,
+        }
+    }
+    pub fn is_dirty(self) -> bool {
+        self.0 & DIRTY != 0
+    }
+    pub fn is_referenced(self) -> bool {
+        self.0 & REFERENCED != 0
+    }
+    pub fn is_queued(self) -> bool {
+        self.0 & QUEUED != 0
+    }
+    /// The store slot holding this page's clean copy, if any.
+    pub fn slot(self) -> Option<u64> {
+        match self.0 >> SLOT_SHIFT {
+            0 => None,
+            s => Some(s - 1),
+        }
+    }
+
+    pub fn with_kind(self, kind: Kind) -> PageState {
+        PageState(self.0 & !KIND_MASK | kind as u64)
+    }
+    pub fn with_dirty(self, dirty: bool) -> PageState {
+        PageState(if dirty { self.0 | DIRTY } else { self.0 & !DIRTY })
+    }
+    pub fn with_referenced(self, referenced: bool) -> PageState {
+        PageState(if referenced { self.0 | REFERENCED } else { self.0 & !REFERENCED })
+    }
+    pub fn with_queued(self, queued: bool) -> PageState {
+        PageState(if queued { self.0 | QUEUED } else { self.0 & !QUEUED })
+    }
+    pub fn with_slot(self, slot: Option<u64>) -> PageState {
+        let field = slot.map_or(0, |s| s + 1);
+        PageState(self.0 & ((1 << SLOT_SHIFT) - 1) | field << SLOT_SHIFT)
+    }
+}
+
+impl std::fmt::Debug for PageState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.kind())?;
+        if self.is_dirty() {
+            f.write_str("+dirty")?;
+        }
+        if self.is_referenced() {
+            f.write_str("+ref")?;
+        }
+        if self.is_queued() {
+            f.write_str("+queued")?;
+        }
+        if let Some(s) = self.slot() {
+            write!(f, "@slot{s}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A page number inside the arena.
+pub type PageNo = u32;
+
+/// Largest arena, in pages: page numbers are u32 and slots fit in 48 bits.
+pub const MAX_PAGES: u64 = u32::MAX as u64;
+
+/// The state words of every page of the arena, plus the frame index of each
+/// page in probation. Both arrays live in lazily committed anonymous memory,
+/// so an arena of millions of pages costs only what is touched.
+pub struct PageTable {
+    states: Mapping,
+    frames: Mapping,
+    pages: u64,
+}
+
+impl PageTable {
+    pub fn new(pages: u64) -> Result<PageTable> {
+        assert!(pages <= MAX_PAGES, "arena too large for u32 page numbers");
+        let n = pages as usize;
+        Ok(PageTable {
+            states: Mapping::reserve(n * 8, "reserving the page-state table")?,
+            frames: Mapping::reserve(n * 4, "reserving the probation frame table")?,
+            pages,
+        })
+    }
+
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    #[inline]
+    fn word(&self, page: PageNo) -> &AtomicU64 {
+        assert!((page as u64) < self.pages);
+        // SAFETY: the mapping holds `pages` zero-initialised u64s, suitably
+        // aligned (page-aligned base), and lives as long as `self`; AtomicU64
+        // has the same layout as u64.
+        unsafe { &*(self.states.as_ptr() as *const AtomicU64).add(page as usize) }
+    }
+
+    #[inline]
+    pub fn load(&self, page: PageNo) -> PageState {
+        PageState(self.word(page).load(Ordering::Acquire))
+    }
+
+    /// Moves `page` from `old` to `new`; false if someone changed it first.
+    #[inline]
+    pub fn transition(&self, page: PageNo, old: PageState, new: PageState) -> bool {
+        self.word(page)
+            .compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Publishes the new state of a page the caller owns (`Loading` or
+    /// `Evicting`). The `QUEUED` bit belongs to the policy's queue, which may
+    /// flip it concurrently, so it is carried over rather than overwritten.
+    pub fn finish(&self, page: PageNo, new: PageState) {
+        self.update(page, |cur| new.with_queued(cur.is_queued()));
+    }
+
+    /// Sets or clears flag bits with a CAS loop, whatever the kind.
+    /// Returns the new state.
+    pub fn update(&self, page: PageNo, f: impl Fn(PageState) -> PageState) -> PageState {
+        f(self.update_returning_old(page, &f))
+    }
+
+    /// Like [`Self::update`] but returns the state it replaced.
+    pub fn update_returning_old(&self, page: PageNo, f: impl Fn(PageState) -> PageState) -> PageState {
+        let w = self.word(page);
+        let mut cur = w.load(Ordering::Acquire);
+        loop {
+            let next = f(PageState(cur)).0;
+            match w.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return PageState(cur),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    #[inline]
+    fn frame_word(&self, page: PageNo) -> &AtomicU32 {
+        assert!((page as u64) < self.pages);
+        // SAFETY: as for `word`, with u32 elements.
+        unsafe { &*(self.frames.as_ptr() as *const AtomicU32).add(page as usize) }
+    }
+
+    /// Records the frame of a page entering probation. Call before the state
+    /// becomes `Probation`; the state's release store publishes it.
+    pub fn set_frame(&self, page: PageNo, frame: u32) {
+        self.frame_word(page).store(frame, Ordering::Relaxed);
+    }
+
+    /// The frame of a page the caller observed in `Probation` and now owns.
+    pub fn frame(&self, page: PageNo) -> u32 {
+        self.frame_word(page).load(Ordering::Relaxed)
+    }
+
+    /// Bytes of page-table memory actually committed (touched) so far.
+    pub fn committed_bytes(&self, touched_pages: u64) -> u64 {
+        touched_pages * 12
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_word_round_trips_every_field() {
+        let s = PageState::FREE
+            .with_kind(Kind::Resident)
+            .with_dirty(true)
+            .with_referenced(true)
+            .with_queued(true)
+            .with_slot(Some((1 << 40) + 7));
+        assert_eq!(s.kind(), Kind::Resident);
+        assert!(s.is_dirty() && s.is_referenced() && s.is_queued());
+        assert_eq!(s.slot(), Some((1 << 40) + 7));
+        let s = s.with_slot(None).with_dirty(false).with_kind(Kind::Probation);
+        assert_eq!(s.slot(), None);
+        assert!(!s.is_dirty() && s.is_queued());
+        assert_eq!(s.kind(), Kind::Probation);
+        assert_eq!(s.with_slot(Some(0)).slot(), Some(0));
+    }
+
+    #[test]
+    fn transitions_are_exclusive() {
+        let t = PageTable::new(1024).unwrap();
+        let zero = PageState::FREE.with_kind(Kind::Zero);
+        assert!(t.transition(5, PageState::FREE, zero));
+        assert!(!t.transition(5, PageState::FREE, zero));
+        let loading = zero.with_kind(Kind::Loading);
+        assert!(t.transition(5, zero, loading));
+        assert!(!t.transition(5, zero, loading), "second owner must lose");
+        assert_eq!(t.load(5).kind(), Kind::Loading);
+        assert_eq!(t.load(6), PageState::FREE);
+    }
+}

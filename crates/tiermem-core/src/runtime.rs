@@ -1,0 +1,451 @@
+//! The runtime: one registered arena, its page table, the store, the policy,
+//! handler threads and the evictor, behind a small allocation API.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::budget::Budget;
+use crate::config::{Config, MIN_BUDGET_PAGES};
+use crate::error::{Error, Result};
+use crate::evictor::{evictor_loop, BATCH};
+use crate::fault::{backoff, handler_loop};
+use crate::frames::FramePool;
+use crate::page_table::{Kind, PageNo, PageState, PageTable, MAX_PAGES};
+use crate::policy::{new_policy, Policy};
+use crate::ranges::RangeAllocator;
+use crate::stats::{Counters, LatencyHistogram, Stats};
+use crate::store::{FileStore, SlotAllocator, Store};
+use crate::sys::mem::{zap, EventFd, Mapping};
+use crate::sys::uffd::{Fault, Uffd};
+use crate::sys::base_page_size;
+
+/// Most address space one arena reserves (it costs page tables only when used).
+const MAX_ARENA_BYTES: u64 = 64 << 40;
+
+/// State shared by the API, the handler threads and the evictor.
+pub(crate) struct Shared {
+    pub config: Config,
+    pub page_size: usize,
+    pub base_page: usize,
+    pub uffd: Uffd,
+    pub arena: Mapping,
+    pub table: PageTable,
+    pub store: Box<dyn Store>,
+    pub slots: SlotAllocator,
+    pub policy: Box<dyn Policy>,
+    pub budget: Budget,
+    pub frames: FramePool,
+    pub zero_page: Mapping,
+    pub counters: Counters,
+    pub fault_latency: LatencyHistogram,
+    pub ranges: Mutex<RangeAllocator>,
+    stop: AtomicBool,
+    pub stop_event: EventFd,
+    evictor_wake: (Mutex<bool>, Condvar),
+    io_error_reported: AtomicBool,
+    bad_access_reported: AtomicBool,
+}
+
+impl Shared {
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub fn page_of(&self, addr: usize) -> Option<PageNo> {
+        let offset = addr.checked_sub(self.arena.addr())?;
+        (offset < self.arena.len()).then(|| (offset / self.page_size) as PageNo)
+    }
+
+    #[inline]
+    pub fn page_addr(&self, page: PageNo) -> usize {
+        self.arena.addr() + page as usize * self.page_size
+    }
+
+    /// Charges a page against the budget, waiting for the evictor if DRAM is full.
+    pub fn charge_one_page(&self) {
+        if self.budget.charge(|| self.kick_evictor()) {
+            Counters::add(&self.counters.budget_waits, 1);
+        }
+    }
+
+    /// Free-page watermarks (low, high) for a budget of `limit` pages: the
+    /// evictor starts below `low` free pages and stops at `high`.
+    pub fn watermarks(limit: u64) -> (u64, u64) {
+        let high = (limit / 32).clamp(4, 4096).min(limit / 2);
+        (high / 2, high)
+    }
+
+    /// How many pages the evictor should free now.
+    pub fn pages_to_free(&self) -> u64 {
+        let limit = self.budget.limit();
+        let (low, high) = Self::watermarks(limit);
+        let excess = self.budget.excess();
+        if excess > 0 {
+            return excess + high;
+        }
+        let headroom = self.budget.headroom();
+        if headroom >= low {
+            return 0;
+        }
+        high - headroom
+    }
+
+    pub fn probation_target(&self) -> u64 {
+        self.budget.limit() * self.policy.probation_share() as u64 / 256
+    }
+
+    pub fn kick_evictor(&self) {
+        let (lock, cv) = &self.evictor_wake;
+        let mut kicked = lock.lock().unwrap_or_else(|p| p.into_inner());
+        *kicked = true;
+        cv.notify_one();
+    }
+
+    pub fn kick_evictor_if_low(&self) {
+        let (low, _) = Self::watermarks(self.budget.limit());
+        if self.budget.headroom() < low {
+            self.kick_evictor();
+        }
+    }
+
+    pub fn wait_until_eviction_needed(&self, timeout: Duration) {
+        if self.pages_to_free() > 0 {
+            return;
+        }
+        let (lock, cv) = &self.evictor_wake;
+        let mut kicked = lock.lock().unwrap_or_else(|p| p.into_inner());
+        if !*kicked {
+            kicked = cv.wait_timeout(kicked, timeout).map(|r| r.0).unwrap_or_else(|p| p.into_inner().0);
+        }
+        *kicked = false;
+    }
+
+    /// A fault on an address no allocation covers: a use after free or a
+    /// wild pointer. The thread gets SIGSEGV, as it would without tiermem.
+    pub fn report_bad_access(&self, fault: &Fault) {
+        Counters::add(&self.counters.bad_accesses, 1);
+        if !self.bad_access_reported.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "tiermem: thread {} accessed {:#x}, which is not part of any live tiermem allocation (use after free?)",
+                fault.thread_id, fault.address
+            );
+        }
+        // SAFETY: tgkill sends a signal to a thread of our own process.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), fault.thread_id as i32, libc::SIGSEGV) };
+    }
+
+    pub fn report_io_error(&self, e: &std::io::Error) {
+        if !self.io_error_reported.swap(true, Ordering::Relaxed) {
+            eprintln!("tiermem: writing to the backing store failed ({e}); pages stay in DRAM and the write is retried");
+        }
+    }
+
+    /// A state the runtime cannot recover from without risking data: stop
+    /// loudly rather than hand out wrong bytes.
+    pub fn fatal(&self, msg: &str) -> ! {
+        eprintln!("tiermem: fatal: {msg}");
+        std::process::abort();
+    }
+}
+
+/// A tiermem instance: allocations from it are cached in a bounded amount of
+/// DRAM and backed by its store.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Runtime {
+    /// Opens the store, sets up userfaultfd and starts the threads. Errors
+    /// come in this order: configuration, backing store, userfaultfd.
+    pub fn new(config: Config) -> Result<Runtime> {
+        let shared = Arc::new(Self::build_shared(config)?);
+        let mut threads = Vec::new();
+        for i in 0..shared.config.handler_threads {
+            let s = Arc::clone(&shared);
+            threads.push(spawn(format!("tiermem-fault{i}"), move || handler_loop(&s))?);
+        }
+        let s = Arc::clone(&shared);
+        threads.push(spawn("tiermem-evict".into(), move || evictor_loop(&s))?);
+        Ok(Runtime { shared, threads })
+    }
+
+    fn build_shared(config: Config) -> Result<Shared> {
+        let page_size = config.page_size;
+        let store = FileStore::open(&config.backing, page_size, config.backing_size)?;
+        store.warn_if_buffered();
+        let uffd = Uffd::open()?;
+        uffd.handshake()?;
+        let capacity = store.capacity_slots();
+        let arena_pages = capacity
+            .saturating_mul(2)
+            .min(MAX_PAGES)
+            .min(MAX_ARENA_BYTES / page_size as u64);
+        let arena_len = arena_pages as usize * page_size;
+        let arena = Mapping::reserve_aligned(arena_len, page_size, "reserving the tiered arena")?;
+        // Transparent huge pages would map memory behind userfaultfd's back.
+        // SAFETY: advice on our own fresh mapping.
+        unsafe { libc::madvise(arena.as_ptr().cast(), arena_len, libc::MADV_NOHUGEPAGE) };
+        uffd.register(arena.addr(), arena_len)?;
+        let budget_pages = config.budget_pages();
+        let frames = FramePool::new(frame_capacity(page_size, config.handler_threads), page_size)?;
+        Ok(Shared {
+            page_size,
+            base_page: base_page_size(),
+            table: PageTable::new(arena_pages)?,
+            slots: SlotAllocator::new(capacity),
+            policy: new_policy(config.policy),
+            budget: Budget::new(budget_pages),
+            frames,
+            zero_page: Mapping::reserve_aligned(page_size, page_size, "allocating the zero page")?,
+            counters: Counters::default(),
+            fault_latency: LatencyHistogram::default(),
+            ranges: Mutex::new(RangeAllocator::new(arena_pages)),
+            stop: AtomicBool::new(false),
+            stop_event: EventFd::new()?,
+            evictor_wake: (Mutex::new(false), Condvar::new()),
+            io_error_reported: AtomicBool::new(false),
+            bad_access_reported: AtomicBool::new(false),
+            store: Box::new(store),
+            uffd,
+            arena,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.shared.page_size
+    }
+
+    /// Allocates `len` bytes of zeroed, page-aligned tiered memory.
+    pub fn alloc(&self, len: usize) -> Result<NonNull<u8>> {
+        let rt = &self.shared;
+        if len == 0 {
+            return Err(Error::InvalidSetting {
+                setting: "allocation size",
+                value: "0".into(),
+                expected: "at least 1 byte".into(),
+            });
+        }
+        let pages = len.div_ceil(rt.page_size) as u64;
+        rt.slots.commit(pages, rt.store.as_ref())?;
+        let start = rt.ranges.lock().unwrap_or_else(|p| p.into_inner()).alloc(pages);
+        let Some(start) = start else {
+            rt.slots.uncommit(pages);
+            return Err(Error::OutOfBackingSpace {
+                requested: pages * rt.page_size as u64,
+                available: 0,
+            });
+        };
+        self.mark_zero(start, pages);
+        let ptr = rt.page_addr(start as PageNo) as *mut u8;
+        // SAFETY: arena addresses are never null.
+        Ok(unsafe { NonNull::new_unchecked(ptr) })
+    }
+
+    fn mark_zero(&self, start: u64, pages: u64) {
+        for p in start..start + pages {
+            self.shared.table.update(p as PageNo, |s| PageState::FREE.with_queued(s.is_queued()).with_kind(Kind::Zero));
+        }
+    }
+
+    /// Frees an allocation: its DRAM and its slots come back.
+    ///
+    /// # Safety
+    /// `ptr` must come from this runtime's `alloc`/`realloc`, and no one may
+    /// use the memory afterwards.
+    pub unsafe fn free(&self, ptr: NonNull<u8>) -> Result<()> {
+        let rt = &self.shared;
+        let start = self.start_page_of(ptr)?;
+        let pages = rt.ranges.lock().unwrap_or_else(|p| p.into_inner()).take(start);
+        let Some(pages) = pages else {
+            return Err(Error::UnknownPointer(ptr.as_ptr() as usize));
+        };
+        self.release_pages(start, pages);
+        rt.ranges.lock().unwrap_or_else(|p| p.into_inner()).give_back(start, pages);
+        rt.slots.uncommit(pages);
+        Ok(())
+    }
+
+    fn start_page_of(&self, ptr: NonNull<u8>) -> Result<u64> {
+        let addr = ptr.as_ptr() as usize;
+        match self.shared.page_of(addr) {
+            Some(p) if addr % self.shared.page_size == 0 => Ok(p as u64),
+            _ => Err(Error::UnknownPointer(addr)),
+        }
+    }
+
+    /// Returns pages to `Free`, releasing DRAM, frames and slots, then
+    /// unmaps whatever was resident.
+    fn release_pages(&self, start: u64, pages: u64) {
+        let rt = &self.shared;
+        for p in start..start + pages {
+            let page = p as PageNo;
+            loop {
+                let s = rt.table.load(page);
+                let freed = PageState::FREE.with_queued(s.is_queued());
+                match s.kind() {
+                    Kind::Loading | Kind::Evicting => backoff(),
+                    Kind::Free => break,
+                    kind => {
+                        if !rt.table.transition(page, s, freed) {
+                            continue;
+                        }
+                        if matches!(kind, Kind::Resident | Kind::Probation) {
+                            rt.budget.uncharge(1);
+                        }
+                        if kind == Kind::Probation {
+                            rt.frames.release(rt.table.frame(page));
+                        }
+                        if let Some(slot) = s.slot() {
+                            rt.slots.free(slot);
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        let addr = rt.page_addr(start as PageNo);
+        if let Err(e) = zap(addr, pages as usize * rt.page_size) {
+            rt.fatal(&format!("unmapping freed tiered memory failed: {e}"));
+        }
+    }
+
+    /// Resizes an allocation, preserving its contents up to the smaller size.
+    /// Grows in place when the pages after it are free.
+    ///
+    /// # Safety
+    /// As for [`Runtime::free`]; on success the old pointer must no longer be
+    /// used unless it equals the new one.
+    pub unsafe fn realloc(&self, ptr: NonNull<u8>, len: usize) -> Result<NonNull<u8>> {
+        let rt = &self.shared;
+        let start = self.start_page_of(ptr)?;
+        let old_pages = rt
+            .ranges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len_of(start)
+            .ok_or(Error::UnknownPointer(ptr.as_ptr() as usize))?;
+        let new_pages = len.max(1).div_ceil(rt.page_size) as u64;
+        if new_pages == old_pages {
+            return Ok(ptr);
+        }
+        if new_pages < old_pages {
+            self.shrink(start, old_pages, new_pages);
+            return Ok(ptr);
+        }
+        let extra = new_pages - old_pages;
+        rt.slots.commit(extra, rt.store.as_ref())?;
+        if rt.ranges.lock().unwrap_or_else(|p| p.into_inner()).try_grow(start, new_pages) {
+            self.mark_zero(start + old_pages, extra);
+            return Ok(ptr);
+        }
+        rt.slots.uncommit(extra);
+        let new = self.alloc(len)?;
+        // Pages fault in and out as needed: the copy works at any budget.
+        std::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), old_pages as usize * rt.page_size);
+        self.free(ptr)?;
+        Ok(new)
+    }
+
+    fn shrink(&self, start: u64, old_pages: u64, new_pages: u64) {
+        let rt = &self.shared;
+        rt.ranges.lock().unwrap_or_else(|p| p.into_inner()).shrink(start, new_pages);
+        let tail = old_pages - new_pages;
+        self.release_pages(start + new_pages, tail);
+        rt.ranges.lock().unwrap_or_else(|p| p.into_inner()).give_back(start + new_pages, tail);
+        rt.slots.uncommit(tail);
+    }
+
+    /// Whether `addr` lies in this runtime's tiered arena.
+    pub fn contains(&self, addr: usize) -> bool {
+        self.shared.page_of(addr).is_some()
+    }
+
+    pub fn dram_budget(&self) -> u64 {
+        self.shared.budget.limit() * self.shared.page_size as u64
+    }
+
+    /// Changes the DRAM budget. A shrink returns once resident memory is
+    /// within the new budget; other threads keep running meanwhile.
+    pub fn set_dram_budget(&self, bytes: u64) -> Result<()> {
+        let rt = &self.shared;
+        let pages = bytes / rt.page_size as u64;
+        if pages < MIN_BUDGET_PAGES {
+            return Err(Error::InvalidSetting {
+                setting: "DRAM budget",
+                value: bytes.to_string(),
+                expected: format!("at least {} bytes ({MIN_BUDGET_PAGES} pages)", MIN_BUDGET_PAGES * rt.page_size as u64),
+            });
+        }
+        rt.budget.set_limit(pages);
+        while rt.budget.charged() > rt.budget.limit() {
+            rt.kick_evictor();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        rt.frames.trim(BATCH);
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Stats {
+        let rt = &self.shared;
+        let page = rt.page_size as u64;
+        let mut s = Stats::default();
+        rt.counters.fill(&mut s);
+        let allocated_pages = rt.ranges.lock().unwrap_or_else(|p| p.into_inner()).live_pages();
+        s.resident_bytes = rt.budget.charged() * page;
+        s.peak_resident_bytes = rt.budget.peak() * page;
+        s.budget_bytes = rt.budget.limit() * page;
+        s.allocated_bytes = allocated_pages * page;
+        s.backing_bytes = rt.store.allocated_bytes();
+        s.stored_bytes = rt.slots.in_use() * page;
+        s.metadata_bytes = rt.table.committed_bytes(allocated_pages)
+            + rt.slots.metadata_bytes()
+            + rt.frames.touched_bytes().saturating_sub(s.resident_bytes)
+            + (rt.config.handler_threads as u64 + 1) * page;
+        s.page_size = page;
+        s.fault_latency = rt.fault_latency.summary();
+        s.policy = rt.policy.kind().name();
+        let info = rt.store.info();
+        s.io_engine = info.engine;
+        s.direct_io = info.direct_io;
+        s
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let rt = &self.shared;
+        rt.stop.store(true, Ordering::Release);
+        rt.stop_event.signal();
+        rt.kick_evictor();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        rt.uffd.unregister(rt.arena.addr(), rt.arena.len());
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name)
+        .stack_size(256 << 10)
+        .spawn(f)
+        .map_err(Error::os("starting a tiermem thread"))
+}
+
+/// Frames for probation at the largest sensible budget (all of RAM) plus
+/// write-back staging; only what is used ever materialises.
+fn frame_capacity(page_size: usize, handler_threads: usize) -> u32 {
+    let ram = crate::config::physical_ram_bytes();
+    let probation = ram / 8 / page_size as u64;
+    (probation + 4 * BATCH as u64 + handler_threads as u64).min(u32::MAX as u64) as u32
+}

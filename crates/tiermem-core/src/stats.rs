@@ -1,0 +1,220 @@
+//! Counters and a fault-latency histogram, updated with relaxed atomics on
+//! the fault path and readable at any time.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// log2 buckets of nanoseconds, each split in 4, enough for percentiles
+/// within ~19% and cheap enough to update on every fault.
+const SUB_BITS: u32 = 2;
+const BUCKETS: usize = 64 << SUB_BITS;
+
+#[derive(Default)]
+pub struct Counters {
+    pub faults: AtomicU64,
+    pub missing_faults: AtomicU64,
+    pub wp_faults: AtomicU64,
+    pub zero_fills: AtomicU64,
+    pub page_ins: AtomicU64,
+    pub probation_hits: AtomicU64,
+    pub page_outs: AtomicU64,
+    pub clean_drops: AtomicU64,
+    pub zero_drops: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub write_batches: AtomicU64,
+    pub duplicate_faults: AtomicU64,
+    pub budget_waits: AtomicU64,
+    pub unexpected_present: AtomicU64,
+    pub bad_accesses: AtomicU64,
+}
+
+pub struct LatencyHistogram {
+    buckets: Box<[AtomicU64]>,
+    sum_ns: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+fn bucket_of(ns: u64) -> usize {
+    if ns < (1 << SUB_BITS) {
+        return ns as usize;
+    }
+    let log = 63 - ns.leading_zeros();
+    let sub = (ns >> (log - SUB_BITS)) & ((1 << SUB_BITS) - 1);
+    (((log - SUB_BITS + 1) << SUB_BITS) as u64 + sub) as usize
+}
+
+/// The midpoint of a bucket's range, in nanoseconds.
+fn bucket_value(b: usize) -> u64 {
+    if b < (1 << SUB_BITS) {
+        return b as u64;
+    }
+    let log = (b >> SUB_BITS) as u32 + SUB_BITS - 1;
+    let sub = (b & ((1 << SUB_BITS) - 1)) as u64;
+    let width = 1u64 << (log - SUB_BITS);
+    (1u64 << log) + sub * width + width / 2
+}
+
+impl LatencyHistogram {
+    #[inline]
+    pub fn record(&self, ns: u64) {
+        self.buckets[bucket_of(ns).min(BUCKETS - 1)].fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(ns, Relaxed);
+        self.max_ns.fetch_max(ns, Relaxed);
+    }
+
+    pub fn summary(&self) -> LatencySummary {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        let pct = |q: f64| -> u64 {
+            if total == 0 {
+                return 0;
+            }
+            let rank = ((q / 100.0) * total as f64).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (b, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    return bucket_value(b);
+                }
+            }
+            0
+        };
+        LatencySummary {
+            count: total,
+            mean_ns: self.sum_ns.load(Relaxed).checked_div(total).unwrap_or(0),
+            p50_ns: pct(50.0),
+            p90_ns: pct(90.0),
+            p99_ns: pct(99.0),
+            p999_ns: pct(99.9),
+            max_ns: self.max_ns.load(Relaxed),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+}
+
+/// A snapshot of everything the runtime counts.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// userfaultfd faults served: missing plus write-protect.
+    pub faults: u64,
+    pub missing_faults: u64,
+    /// First writes to clean pages (dirty tracking).
+    pub wp_faults: u64,
+    /// First touches of never-written pages.
+    pub zero_fills: u64,
+    /// Pages read back from the store.
+    pub page_ins: u64,
+    /// Pages brought back from probation without I/O (references detected).
+    pub probation_hits: u64,
+    /// Pages written to the store.
+    pub page_outs: u64,
+    /// Clean pages dropped without a write: their store copy was still valid.
+    pub clean_drops: u64,
+    /// Evicted pages found all-zero: dropped with no write and no slot.
+    pub zero_drops: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub write_batches: u64,
+    pub duplicate_faults: u64,
+    /// Faults that had to wait for the evictor to free DRAM.
+    pub budget_waits: u64,
+    pub unexpected_present: u64,
+    /// Accesses to tiered addresses outside any live allocation.
+    pub bad_accesses: u64,
+    pub resident_bytes: u64,
+    pub peak_resident_bytes: u64,
+    pub budget_bytes: u64,
+    pub allocated_bytes: u64,
+    /// Bytes the backing file occupies on disk.
+    pub backing_bytes: u64,
+    /// Slots holding pages right now, in bytes.
+    pub stored_bytes: u64,
+    /// DRAM the runtime uses for itself (page table, bitmaps, buffers).
+    pub metadata_bytes: u64,
+    pub page_size: u64,
+    /// Time from reading a fault to resolving it, as the handler sees it.
+    pub fault_latency: LatencySummary,
+    pub policy: &'static str,
+    pub io_engine: &'static str,
+    pub direct_io: bool,
+}
+
+impl Counters {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    pub fn fill(&self, s: &mut Stats) {
+        s.faults = self.faults.load(Relaxed);
+        s.missing_faults = self.missing_faults.load(Relaxed);
+        s.wp_faults = self.wp_faults.load(Relaxed);
+        s.zero_fills = self.zero_fills.load(Relaxed);
+        s.page_ins = self.page_ins.load(Relaxed);
+        s.probation_hits = self.probation_hits.load(Relaxed);
+        s.page_outs = self.page_outs.load(Relaxed);
+        s.clean_drops = self.clean_drops.load(Relaxed);
+        s.zero_drops = self.zero_drops.load(Relaxed);
+        s.bytes_read = self.bytes_read.load(Relaxed);
+        s.bytes_written = self.bytes_written.load(Relaxed);
+        s.write_batches = self.write_batches.load(Relaxed);
+        s.duplicate_faults = self.duplicate_faults.load(Relaxed);
+        s.budget_waits = self.budget_waits.load(Relaxed);
+        s.unexpected_present = self.unexpected_present.load(Relaxed);
+        s.bad_accesses = self.bad_accesses.load(Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_close() {
+        let mut last = 0;
+        for ns in [0u64, 1, 3, 4, 5, 7, 8, 100, 1000, 55_000, 1 << 40, u64::MAX] {
+            let b = bucket_of(ns);
+            assert!(b >= last);
+            last = b;
+            if (8..1 << 40).contains(&ns) {
+                let v = bucket_value(b) as f64;
+                assert!((v - ns as f64).abs() / (ns as f64) < 0.25, "{ns} -> {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn percentiles_of_a_bimodal_distribution() {
+        let h = LatencyHistogram::default();
+        for _ in 0..90 {
+            h.record(100);
+        }
+        for _ in 0..10 {
+            h.record(60_000);
+        }
+        let s = h.summary();
+        assert_eq!(s.count, 100);
+        assert!((80..=120).contains(&s.p50_ns), "{s:?}");
+        assert!((50_000..=70_000).contains(&s.p99_ns), "{s:?}");
+        assert_eq!(s.max_ns, 60_000);
+    }
+}

@@ -1,0 +1,52 @@
+//! The backing tier. A [`Store`] is a flat array of page-sized slots on a
+//! file or block device; [`SlotAllocator`] decides which slot a page gets.
+//!
+//! I/O always goes through runtime-owned, aligned buffers: never straight
+//! from or into the tiered region (O_DIRECT into a registered range would
+//! fault inside the kernel on the handler's own behalf).
+
+mod file;
+mod slots;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use file::FileStore;
+pub use slots::SlotAllocator;
+
+use crate::error::Result;
+
+/// One page to write: its slot and the runtime-owned buffer holding it.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotWrite {
+    pub slot: u64,
+    pub src: *const u8,
+}
+
+/// What a store is and how it does I/O, for stats and warnings.
+#[derive(Clone, Debug)]
+pub struct StoreInfo {
+    pub path: PathBuf,
+    pub direct_io: bool,
+    pub engine: &'static str,
+    pub block_device: bool,
+}
+
+/// Page-granular storage for evicted pages.
+pub trait Store: Send + Sync {
+    fn page_size(&self) -> usize;
+    /// Most slots this store can ever hold.
+    fn capacity_slots(&self) -> u64;
+    /// Makes sure slots `0..slots` are backed by real space (preallocated),
+    /// so a later write can never fail for lack of space.
+    fn ensure_backed(&self, slots: u64) -> Result<()>;
+    /// Slots currently backed by preallocated space.
+    fn backed_slots(&self) -> u64;
+    /// Bytes the store occupies on its device.
+    fn allocated_bytes(&self) -> u64;
+    /// Reads one slot into `buf` (page-sized, aligned for direct I/O).
+    fn read(&self, slot: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Writes pages sorted by slot, merging runs of adjacent slots into one request.
+    fn write_batch(&self, writes: &[SlotWrite]) -> io::Result<()>;
+    fn info(&self) -> StoreInfo;
+}

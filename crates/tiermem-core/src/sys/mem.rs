@@ -1,0 +1,260 @@
+//! Anonymous mappings, zapping, and the small fd helpers the threads need.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+
+/// An owned anonymous private mapping, unmapped on drop.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Mapping is a plain range of address space; all access to its
+// contents goes through raw pointers whose synchronisation is the caller's.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; the struct itself is immutable.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Reserves `len` bytes of read-write address space without committing
+    /// memory or swap for it (`MAP_NORESERVE`). Pages materialise on touch.
+    pub fn reserve(len: usize, what: &'static str) -> Result<Mapping> {
+        Self::map(len, 0, what)
+    }
+
+    /// Like [`Mapping::reserve`], aligned to `align` (a power of two), so
+    /// large tiermem pages start on their natural boundary.
+    pub fn reserve_aligned(len: usize, align: usize, what: &'static str) -> Result<Mapping> {
+        let over = len.checked_add(align).ok_or(Error::Os {
+            what,
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+        })?;
+        let raw = Self::map(over, 0, what)?;
+        let start = raw.addr();
+        let aligned = (start + align - 1) & !(align - 1);
+        let head = aligned - start;
+        let tail = over - head - len;
+        // Hand the unaligned ends back; `raw` must not unmap the whole span.
+        let raw = std::mem::ManuallyDrop::new(raw);
+        // SAFETY: both trimmed pieces lie inside the mapping we just created
+        // and nothing else refers to them.
+        unsafe {
+            if head > 0 {
+                libc::munmap(start as *mut libc::c_void, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + len) as *mut libc::c_void, tail);
+            }
+        }
+        let _ = raw;
+        Ok(Mapping {
+            // SAFETY: `aligned` is inside a successful mapping, hence non-null.
+            ptr: unsafe { NonNull::new_unchecked(aligned as *mut u8) },
+            len,
+        })
+    }
+
+    fn map(len: usize, extra_flags: i32, what: &'static str) -> Result<Mapping> {
+        // SAFETY: an anonymous mapping at a kernel-chosen address has no
+        // preconditions; the result is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | extra_flags,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::Os { what, source: io::Error::last_os_error() });
+        }
+        Ok(Mapping {
+            // SAFETY: mmap succeeded, so `p` is non-null.
+            ptr: unsafe { NonNull::new_unchecked(p.cast()) },
+            len,
+        })
+    }
+
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping and nothing uses it after drop.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Drops the pages of `[addr, addr+len)`; the next access faults.
+pub fn zap(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: MADV_DONTNEED on a private anonymous range we own only discards
+    // its contents, which the caller has saved or no longer needs.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Batches zaps. Every MADV_DONTNEED costs a TLB shootdown, so ranges are
+/// collected and dropped with one `process_madvise` call (one flush) where the
+/// kernel allows it on the own process, else with one madvise per range.
+pub struct Zapper {
+    pidfd: Option<OwnedFd>,
+    ranges: Vec<libc::iovec>,
+}
+
+// SAFETY: the iovecs only hold addresses (never dereferenced by us).
+unsafe impl Send for Zapper {}
+
+/// The kernel's limit on iovecs per call (UIO_MAXIOV).
+const MAX_IOV: usize = 1024;
+
+impl Zapper {
+    pub fn new() -> Zapper {
+        Zapper { pidfd: Self::own_pidfd_if_batching_works(), ranges: Vec::with_capacity(MAX_IOV) }
+    }
+
+    fn own_pidfd_if_batching_works() -> Option<OwnedFd> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` is a fresh descriptor that we now own.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // Probe: an empty vector is accepted only where process_madvise
+        // knows MADV_DONTNEED on the own process (Linux 6.13+).
+        let probe: [libc::iovec; 0] = [];
+        // SAFETY: a zero-length iovec array is valid; nothing is touched.
+        let rc = unsafe {
+            libc::syscall(libc::SYS_process_madvise, pidfd.as_raw_fd(), probe.as_ptr(), 0usize, libc::MADV_DONTNEED, 0u32)
+        };
+        (rc == 0).then_some(pidfd)
+    }
+
+    /// Queues `[addr, addr+len)`, merging with the previous range when adjacent.
+    pub fn push(&mut self, addr: usize, len: usize) -> io::Result<()> {
+        if let Some(last) = self.ranges.last_mut() {
+            if last.iov_base as usize + last.iov_len == addr {
+                last.iov_len += len;
+                return Ok(());
+            }
+        }
+        if self.ranges.len() == MAX_IOV {
+            self.flush()?;
+        }
+        self.ranges.push(libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len });
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.ranges.is_empty() {
+            return Ok(());
+        }
+        let result = match &self.pidfd {
+            Some(pidfd) => self.flush_batched(pidfd.as_raw_fd()),
+            None => self.flush_one_by_one(),
+        };
+        self.ranges.clear();
+        result
+    }
+
+    fn flush_batched(&self, pidfd: i32) -> io::Result<()> {
+        let total: usize = self.ranges.iter().map(|r| r.iov_len).sum();
+        // SAFETY: the iovecs describe private anonymous ranges of this process
+        // whose contents the caller has saved; process_madvise only reads them.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd,
+                self.ranges.as_ptr(),
+                self.ranges.len(),
+                libc::MADV_DONTNEED,
+                0u32,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if (rc as usize) < total {
+            // A partial advise (e.g. a concurrent munmap): finish one by one.
+            return self.flush_one_by_one();
+        }
+        Ok(())
+    }
+
+    fn flush_one_by_one(&self) -> io::Result<()> {
+        for r in &self.ranges {
+            zap(r.iov_base as usize, r.iov_len)?;
+        }
+        Ok(())
+    }
+
+    pub fn batches_syscalls(&self) -> bool {
+        self.pidfd.is_some()
+    }
+}
+
+impl Default for Zapper {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// An eventfd used to tell blocked threads to stop.
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> Result<EventFd> {
+        // SAFETY: eventfd takes an initial value and flags.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(Error::Os { what: "creating an eventfd", source: io::Error::last_os_error() });
+        }
+        // SAFETY: `fd` is a fresh descriptor that we now own.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to an eventfd.
+        unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    pub fn raw(&self) -> i32 {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Blocks until `fd` is readable or `stop` is signalled. Returns false on stop.
+pub fn wait_readable(fd: i32, stop: &EventFd) -> bool {
+    let mut fds = [
+        libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: stop.raw(), events: libc::POLLIN, revents: 0 },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid array of two pollfds.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return fds[1].revents == 0;
+    }
+}

@@ -1,0 +1,29 @@
+//! Thin, typed wrappers over the system calls tiermem needs. Everything that
+//! talks to the kernel lives here, so the rest of the crate reads as policy.
+
+pub mod mem;
+pub mod uffd;
+
+/// The kernel's base page size (4 KiB on x86-64).
+pub fn base_page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as usize
+    } else {
+        4096
+    }
+}
+
+/// Monotonic nanoseconds, for latency measurement.
+#[inline]
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub fn last_os_error() -> std::io::Error {
+    std::io::Error::last_os_error()
+}

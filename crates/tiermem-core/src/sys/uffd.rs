@@ -1,0 +1,252 @@
+//! userfaultfd: opening it, registering ranges, and resolving faults.
+//!
+//! Full userfaultfd only (never `UFFD_USER_MODE_ONLY`): a kernel access to a
+//! missing page, such as `read(2)` into a tiered buffer, must wait for the
+//! handler instead of failing with EFAULT.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use linux_raw_sys::general as uapi;
+use linux_raw_sys::ioctl;
+
+use crate::error::{Error, Result};
+
+/// `USERFAULTFD_IOC_NEW` on /dev/userfaultfd: `_IO(0xAA, 0x00)`.
+const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
+
+/// `UFFDIO_WRITEPROTECT_MODE_WP` (missing from the bindings).
+const WRITEPROTECT_MODE_WP: u64 = 1;
+
+/// Test hook: pretend userfaultfd is not permitted (see the bad-input tests).
+pub const ENV_DENY_UFFD_FOR_TESTS: &str = "TIERMEM_TEST_DENY_UFFD";
+
+/// A fault read from the userfaultfd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub address: usize,
+    /// The access was a write.
+    pub write: bool,
+    /// The page was present but write-protected (a dirty-tracking fault).
+    pub write_protect: bool,
+    /// The faulting thread, for diagnostics and signal delivery.
+    pub thread_id: u32,
+}
+
+/// Outcome of an `UFFDIO_COPY`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copied {
+    /// All bytes were installed and waiters woken.
+    Done,
+    /// The page was already present: someone else resolved this fault.
+    AlreadyPresent,
+    /// A non-cooperative event is pending; nothing (or `n` bytes) was copied.
+    Retry(usize),
+}
+
+pub struct Uffd {
+    fd: OwnedFd,
+}
+
+impl Uffd {
+    /// Opens a userfaultfd through the syscall, falling back to
+    /// /dev/userfaultfd, and says exactly how to fix it when neither works.
+    pub fn open() -> Result<Uffd> {
+        if std::env::var_os(ENV_DENY_UFFD_FOR_TESTS).is_some() {
+            return Err(Error::UffdNotPermitted {
+                syscall_error: io::Error::from_raw_os_error(libc::EPERM),
+                device_error: io::Error::from_raw_os_error(libc::EACCES),
+            });
+        }
+        // Non-blocking: handler threads poll the fd together with a stop event.
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: the userfaultfd syscall takes only an integer flag word.
+        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+        if fd >= 0 {
+            return Ok(Self::from_raw(fd as RawFd));
+        }
+        let syscall_error = io::Error::last_os_error();
+        match Self::open_device(flags) {
+            Ok(u) => Ok(u),
+            Err(device_error) => Err(Error::UffdNotPermitted {
+                syscall_error,
+                device_error,
+            }),
+        }
+    }
+
+    fn open_device(flags: i32) -> io::Result<Uffd> {
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/userfaultfd")?;
+        // SAFETY: USERFAULTFD_IOC_NEW takes the flags as its integer argument
+        // and returns a new file descriptor.
+        let fd = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW, flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self::from_raw(fd))
+    }
+
+    fn from_raw(fd: RawFd) -> Uffd {
+        // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
+        Uffd { fd: unsafe { OwnedFd::from_raw_fd(fd) } }
+    }
+
+    /// Negotiates the API. Write-protect faults are required for dirty
+    /// tracking; thread ids let a bad access be reported to its thread.
+    pub fn handshake(&self) -> Result<()> {
+        let wanted = uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP | uapi::UFFD_FEATURE_THREAD_ID;
+        let mut api = uapi::uffdio_api {
+            api: uapi::UFFD_API as u64,
+            features: wanted as u64,
+            ioctls: 0,
+        };
+        // SAFETY: `api` is a valid uffdio_api the kernel reads and writes.
+        let rc = unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_API as _, &mut api) };
+        if rc != 0 {
+            return Err(Error::UffdFeatureMissing {
+                missing: format!("write-protect faults ({})", io::Error::last_os_error()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Registers `[start, start+len)` for missing and write-protect faults.
+    pub fn register(&self, start: usize, len: usize) -> Result<()> {
+        let mut reg = uapi::uffdio_register {
+            range: uapi::uffdio_range { start: start as u64, len: len as u64 },
+            mode: (uapi::UFFDIO_REGISTER_MODE_MISSING | uapi::UFFDIO_REGISTER_MODE_WP) as u64,
+            ioctls: 0,
+        };
+        // SAFETY: `reg` is a valid uffdio_register the kernel reads and writes.
+        let rc = unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_REGISTER as _, &mut reg) };
+        if rc != 0 {
+            return Err(Error::Os {
+                what: "registering the tiered region with userfaultfd",
+                source: io::Error::last_os_error(),
+            });
+        }
+        let needed = 1u64 << uapi::_UFFDIO_COPY | 1u64 << uapi::_UFFDIO_WRITEPROTECT;
+        if reg.ioctls & needed != needed {
+            return Err(Error::UffdFeatureMissing {
+                missing: "UFFDIO_COPY or UFFDIO_WRITEPROTECT on anonymous memory".into(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn unregister(&self, start: usize, len: usize) {
+        let mut range = uapi::uffdio_range { start: start as u64, len: len as u64 };
+        // SAFETY: `range` is a valid uffdio_range; failure only means the
+        // range was not registered, which is harmless at teardown.
+        unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_UNREGISTER as _, &mut range) };
+    }
+
+    /// Reads up to `out.len()` faults; blocks until at least one is there.
+    /// Non-fault events are skipped (none are enabled).
+    pub fn read_faults(&self, raw: &mut [uapi::uffd_msg], out: &mut Vec<Fault>) -> io::Result<()> {
+        out.clear();
+        let bytes = std::mem::size_of_val(raw);
+        // SAFETY: `raw` is a writable buffer of `bytes` bytes of plain-old-data messages.
+        let n = unsafe { libc::read(self.raw(), raw.as_mut_ptr().cast(), bytes) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let count = n as usize / std::mem::size_of::<uapi::uffd_msg>();
+        for msg in &raw[..count] {
+            if msg.event as u32 != uapi::UFFD_EVENT_PAGEFAULT {
+                continue;
+            }
+            // SAFETY: for UFFD_EVENT_PAGEFAULT the kernel fills the `pagefault` member.
+            let pf = unsafe { msg.arg.pagefault };
+            let flags = pf.flags as u32;
+            out.push(Fault {
+                address: pf.address as usize,
+                write: flags & uapi::UFFD_PAGEFAULT_FLAG_WRITE != 0,
+                write_protect: flags & uapi::UFFD_PAGEFAULT_FLAG_WP != 0,
+                // SAFETY: with UFFD_FEATURE_THREAD_ID the `ptid` member is filled.
+                thread_id: unsafe { pf.feat.ptid },
+            });
+        }
+        Ok(())
+    }
+
+    /// Installs `len` bytes from `src` at `dst`, write-protected when
+    /// `write_protect`, and wakes the threads waiting on that range.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes; `dst..dst+len` must lie in a
+    /// registered range, aligned to the base page size.
+    pub unsafe fn copy(&self, dst: usize, src: *const u8, len: usize, write_protect: bool) -> io::Result<Copied> {
+        let mut done = 0usize;
+        while done < len {
+            let mut arg = uapi::uffdio_copy {
+                dst: (dst + done) as u64,
+                src: src.add(done) as u64,
+                len: (len - done) as u64,
+                mode: if write_protect { uapi::UFFDIO_COPY_MODE_WP as u64 } else { 0 },
+                copy: 0,
+            };
+            // SAFETY: the caller guarantees `src` and `dst` cover `len` bytes;
+            // `arg` is a valid uffdio_copy.
+            let rc = libc::ioctl(self.raw(), ioctl::UFFDIO_COPY as _, &mut arg);
+            if rc == 0 {
+                return Ok(Copied::Done);
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EEXIST) => return Ok(Copied::AlreadyPresent),
+                Some(libc::EAGAIN) => {
+                    if arg.copy > 0 {
+                        done += arg.copy as usize;
+                        continue;
+                    }
+                    return Ok(Copied::Retry(done));
+                }
+                _ => return Err(err),
+            }
+        }
+        Ok(Copied::Done)
+    }
+
+    /// Sets (`protect`) or clears write protection on a range. Clearing wakes
+    /// the threads waiting on it.
+    pub fn write_protect(&self, start: usize, len: usize, protect: bool) -> io::Result<()> {
+        let mut arg = uapi::uffdio_writeprotect {
+            range: uapi::uffdio_range { start: start as u64, len: len as u64 },
+            mode: if protect { WRITEPROTECT_MODE_WP } else { 0 },
+        };
+        loop {
+            // SAFETY: `arg` is a valid uffdio_writeprotect.
+            let rc = unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_WRITEPROTECT as _, &mut arg) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EAGAIN) {
+                return Err(err);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Wakes threads waiting on a range whose fault was resolved elsewhere.
+    pub fn wake(&self, start: usize, len: usize) {
+        let mut range = uapi::uffdio_range { start: start as u64, len: len as u64 };
+        // SAFETY: `range` is a valid uffdio_range. A failed wake means nobody
+        // was waiting, which is fine.
+        unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_WAKE as _, &mut range) };
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// A zeroed message buffer for [`Uffd::read_faults`].
+pub fn message_buffer(len: usize) -> Vec<uapi::uffd_msg> {
+    // SAFETY: uffd_msg is plain old data; all-zero is a valid value.
+    vec![unsafe { std::mem::zeroed::<uapi::uffd_msg>() }; len]
+}

@@ -1,0 +1,121 @@
+//! Page stamping shared by the integration tests.
+//!
+//! Every 4 KiB unit of a region carries its own identity at both ends (so a
+//! lost or misplaced page is caught) and a version word updated with an
+//! atomic max (so concurrent writers agree on the final value, which the
+//! side table `expected` knows).
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tiermem_core::{Config, PolicyKind, Runtime};
+
+pub const UNIT: usize = 4096;
+const MAGIC: u64 = 0x7469_6572_6d65_6d00; // "tiermem\0"
+
+pub fn tag(unit: usize) -> u64 {
+    MAGIC ^ (unit as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+pub struct Stamped {
+    pub base: *mut u8,
+    pub units: usize,
+    pub expected: Vec<AtomicU64>,
+}
+
+// SAFETY: all access to the region goes through atomics or per-unit words
+// whose races are part of what the tests check.
+unsafe impl Send for Stamped {}
+// SAFETY: as above.
+unsafe impl Sync for Stamped {}
+
+impl Stamped {
+    /// Writes every unit's identity and version 1.
+    pub fn stamp(base: *mut u8, len: usize) -> Stamped {
+        let units = len / UNIT;
+        let s = Stamped { base, units, expected: (0..units).map(|_| AtomicU64::new(1)).collect() };
+        for u in 0..units {
+            s.word(u, 0).store(tag(u), Ordering::Relaxed);
+            s.word(u, 1).store(1, Ordering::Relaxed);
+            s.word(u, UNIT / 8 - 1).store(tag(u), Ordering::Relaxed);
+        }
+        s
+    }
+
+    pub fn word(&self, unit: usize, index: usize) -> &AtomicU64 {
+        assert!(unit < self.units && index < UNIT / 8);
+        // SAFETY: the word lies inside the stamped region, 8-byte aligned.
+        unsafe { &*(self.base.add(unit * UNIT + index * 8) as *const AtomicU64) }
+    }
+
+    /// A write access: bump the unit's version.
+    pub fn write(&self, unit: usize) {
+        let v = self.expected[unit].fetch_add(1, Ordering::Relaxed) + 1;
+        self.word(unit, 1).fetch_max(v, Ordering::Relaxed);
+    }
+
+    /// A read access: the identity must be there.
+    pub fn read_ok(&self, unit: usize) -> bool {
+        self.word(unit, 0).load(Ordering::Relaxed) == tag(unit)
+    }
+
+    /// Checks every unit; returns a description of the first few failures.
+    pub fn verify(&self) -> Result<(), String> {
+        let mut bad = Vec::new();
+        let mut count = 0;
+        for u in 0..self.units {
+            let head = self.word(u, 0).load(Ordering::Relaxed);
+            let tail = self.word(u, UNIT / 8 - 1).load(Ordering::Relaxed);
+            let version = self.word(u, 1).load(Ordering::Relaxed);
+            let want = self.expected[u].load(Ordering::Relaxed);
+            if head != tag(u) || tail != tag(u) || version != want {
+                count += 1;
+                if bad.len() < 5 {
+                    bad.push(format!("unit {u}: head {head:#x} tail {tail:#x} version {version} (want {want})"));
+                }
+            }
+        }
+        if count == 0 {
+            Ok(())
+        } else {
+            Err(format!("{count} of {} units bad: {}", self.units, bad.join("; ")))
+        }
+    }
+}
+
+pub fn runtime(budget: u64, page_size: usize, policy: PolicyKind) -> Runtime {
+    let config = Config::builder()
+        .dram_budget(budget)
+        .page_size(page_size)
+        .policy(policy)
+        .backing(std::env::temp_dir())
+        .handler_threads(2)
+        .build()
+        .expect("valid test config");
+    Runtime::new(config).expect("tiermem runtime (needs userfaultfd: run as root or set vm.unprivileged_userfaultfd=1)")
+}
+
+/// Resident pages of `[base, base+len)` as the kernel sees them.
+pub fn resident_bytes(base: *mut u8, len: usize) -> usize {
+    let page = 4096;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: mincore reads the range's page tables and writes one byte per page into `vec`.
+    let rc = unsafe { libc::mincore(base.cast(), len, vec.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec.iter().filter(|b| **b & 1 != 0).count() * page
+}
+
+/// xorshift, good enough to pick pages.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}

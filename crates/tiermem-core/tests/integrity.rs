@@ -1,0 +1,86 @@
+//! Integrity under heavy paging: a region eight times the budget, several
+//! threads reading and writing random pages, every page verified after.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{resident_bytes, runtime, Rng, Stamped, UNIT};
+use tiermem_core::PolicyKind;
+
+const REGION: usize = 256 << 20;
+const BUDGET: u64 = 32 << 20;
+const THREADS: usize = 3;
+const HAMMER: Duration = Duration::from_secs(3);
+
+fn hammer(policy: PolicyKind, page_size: usize) {
+    let rt = runtime(BUDGET, page_size, policy);
+    let base = rt.alloc(REGION).expect("alloc").as_ptr();
+    let stamped = Stamped::stamp(base, REGION);
+    let stop = AtomicBool::new(false);
+    let lost_reads = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (stamped, stop, lost_reads) = (&stamped, &stop, &lost_reads);
+            s.spawn(move || {
+                let mut rng = Rng(0x1234_5678 + t as u64 * 7919);
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..256 {
+                        let unit = rng.below(stamped.units);
+                        if rng.next() % 2 == 0 {
+                            stamped.write(unit);
+                        } else if !stamped.read_ok(unit) {
+                            lost_reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        let deadline = Instant::now() + HAMMER;
+        while Instant::now() < deadline {
+            let stats = rt.stats();
+            assert!(stats.resident_bytes <= BUDGET, "resident {} over budget {BUDGET}", stats.resident_bytes);
+            let mapped = resident_bytes(base, REGION) as u64;
+            assert!(mapped <= BUDGET, "{mapped} bytes mapped, budget {BUDGET}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(lost_reads.into_inner(), 0, "reads saw a page without its identity");
+    stamped.verify().unwrap_or_else(|e| panic!("{policy:?}/{page_size}: {e}"));
+    let stats = rt.stats();
+    assert!(stats.page_outs > 0 && stats.page_ins > 0, "no paging happened: {stats:?}");
+    assert!(stats.peak_resident_bytes <= BUDGET, "peak {} over budget", stats.peak_resident_bytes);
+    eprintln!(
+        "{policy:?}/{}K: {} faults, {} page-ins, {} page-outs, {} clean drops, {} probation hits, fault p50 {} ns",
+        page_size / 1024,
+        stats.faults,
+        stats.page_ins,
+        stats.page_outs,
+        stats.clean_drops,
+        stats.probation_hits,
+        stats.fault_latency.p50_ns
+    );
+    assert_eq!(UNIT, 4096);
+}
+
+#[test]
+fn fifo_4k_pages() {
+    hammer(PolicyKind::Fifo, 4096);
+}
+
+#[test]
+fn fifo_64k_pages() {
+    hammer(PolicyKind::Fifo, 64 << 10);
+}
+
+#[test]
+fn clock_4k_pages() {
+    hammer(PolicyKind::Clock, 4096);
+}
+
+#[test]
+fn clock_64k_pages() {
+    hammer(PolicyKind::Clock, 64 << 10);
+}
