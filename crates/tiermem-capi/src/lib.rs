@@ -1,1 +1,267 @@
+//! libtiermem.so: the C API declared in `include/tiermem.h`.
+//!
+//! Every function starts the process-wide runtime lazily from the
+//! environment, turns errors into errno plus a thread-local message
+//! (`tm_last_error`), and never unwinds across the C boundary (the crate is
+//! built with `panic = "abort"`).
 
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tiermem_core::{global, Config, Error, Runtime, Stats};
+
+#[repr(C)]
+pub struct TmConfig {
+    pub dram_budget: u64,
+    pub backing_path: *const c_char,
+    pub backing_size: u64,
+    pub page_size: u64,
+    pub policy: *const c_char,
+    pub handler_threads: u32,
+    pub reserved0: u32,
+    pub reserved: [u64; 6],
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub struct TmLatency {
+    pub count: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub struct TmStats {
+    pub faults: u64,
+    pub missing_faults: u64,
+    pub wp_faults: u64,
+    pub zero_fills: u64,
+    pub page_ins: u64,
+    pub page_outs: u64,
+    pub clean_drops: u64,
+    pub zero_drops: u64,
+    pub probation_hits: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub resident_bytes: u64,
+    pub peak_resident_bytes: u64,
+    pub budget_bytes: u64,
+    pub allocated_bytes: u64,
+    pub backing_bytes: u64,
+    pub metadata_bytes: u64,
+    pub page_size: u64,
+    pub fault_latency: TmLatency,
+    pub reserved: [u64; 8],
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+static START_FAILURE_PRINTED: AtomicBool = AtomicBool::new(false);
+
+fn set_errno(code: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = code };
+}
+
+/// Records `e` for `tm_last_error` and errno.
+fn fail(e: &Error) {
+    let msg = CString::new(e.to_string().replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|m| *m.borrow_mut() = msg);
+    set_errno(e.errno());
+}
+
+/// The runtime, started from the environment if needed. A failed lazy start
+/// is printed once, so a bare NULL from tm_alloc is never a mystery.
+fn runtime() -> Option<&'static Runtime> {
+    match global::get() {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            if !START_FAILURE_PRINTED.swap(true, Ordering::Relaxed) {
+                eprintln!("tiermem: {e}");
+            }
+            fail(&e);
+            None
+        }
+    }
+}
+
+/// # Safety
+/// `p` must be NULL or a valid NUL-terminated string.
+unsafe fn opt_str(p: *const c_char) -> Option<String> {
+    (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+}
+
+/// Applies the non-zero fields of `cfg` over the environment's configuration.
+///
+/// # Safety
+/// `cfg` must point to a valid `tm_config` whose strings are NUL-terminated.
+unsafe fn config_from(cfg: &TmConfig) -> Result<Config, Error> {
+    let mut env: Vec<(&'static str, String)> = Vec::new();
+    if cfg.dram_budget != 0 {
+        env.push((tiermem_core::config::ENV_DRAM, cfg.dram_budget.to_string()));
+    }
+    if let Some(path) = opt_str(cfg.backing_path) {
+        env.push((tiermem_core::config::ENV_BACKING, path));
+    }
+    if cfg.backing_size != 0 {
+        env.push((tiermem_core::config::ENV_BACKING_SIZE, cfg.backing_size.to_string()));
+    }
+    if cfg.page_size != 0 {
+        env.push((tiermem_core::config::ENV_PAGE_SIZE, cfg.page_size.to_string()));
+    }
+    if let Some(policy) = opt_str(cfg.policy) {
+        env.push((tiermem_core::config::ENV_POLICY, policy));
+    }
+    if cfg.handler_threads != 0 {
+        env.push((tiermem_core::config::ENV_HANDLER_THREADS, cfg.handler_threads.to_string()));
+    }
+    Config::from_lookup(|name| {
+        env.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(name).ok())
+    })
+}
+
+/// # Safety
+/// `cfg` must be NULL or point to a valid `struct tm_config`.
+#[no_mangle]
+pub unsafe extern "C" fn tm_init(cfg: *const TmConfig) -> c_int {
+    let config = match cfg.as_ref() {
+        Some(c) => config_from(c),
+        None => Config::from_env(),
+    };
+    let result = config.and_then(global::init);
+    match result {
+        Ok(_) => 0,
+        Err(e) => {
+            let busy = global::running().is_some();
+            fail(&e);
+            if busy {
+                set_errno(libc::EBUSY);
+            }
+            -1
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn tm_alloc(len: usize) -> *mut c_void {
+    let Some(rt) = runtime() else { return ptr::null_mut() };
+    match rt.alloc(len) {
+        Ok(p) => p.as_ptr().cast(),
+        Err(e) => {
+            fail(&e);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// # Safety
+/// `p` must be NULL or a live pointer from `tm_alloc`/`tm_realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn tm_free(p: *mut c_void) {
+    let Some(p) = NonNull::new(p.cast::<u8>()) else { return };
+    let Some(rt) = runtime() else { return };
+    if let Err(e) = rt.free(p) {
+        eprintln!("tiermem: tm_free: {e}");
+        fail(&e);
+    }
+}
+
+/// # Safety
+/// `p` must be NULL or a live pointer from `tm_alloc`/`tm_realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn tm_realloc(p: *mut c_void, len: usize) -> *mut c_void {
+    let Some(old) = NonNull::new(p.cast::<u8>()) else { return tm_alloc(len) };
+    if len == 0 {
+        tm_free(p);
+        return ptr::null_mut();
+    }
+    let Some(rt) = runtime() else { return ptr::null_mut() };
+    match rt.realloc(old, len) {
+        Ok(new) => new.as_ptr().cast(),
+        Err(e) => {
+            fail(&e);
+            ptr::null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn tm_set_dram_budget(bytes: usize) -> c_int {
+    let Some(rt) = runtime() else { return -1 };
+    match rt.set_dram_budget(bytes as u64) {
+        Ok(()) => 0,
+        Err(e) => {
+            fail(&e);
+            -1
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn tm_get_dram_budget() -> usize {
+    runtime().map_or(0, |rt| rt.dram_budget() as usize)
+}
+
+/// # Safety
+/// `out` must be NULL or point to writable memory for a `struct tm_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn tm_stats(out: *mut TmStats) -> c_int {
+    if out.is_null() {
+        fail(&Error::InvalidSetting { setting: "tm_stats argument", value: "NULL".into(), expected: "a pointer to struct tm_stats".into() });
+        return -1;
+    }
+    let Some(rt) = runtime() else { return -1 };
+    out.write(to_c(&rt.stats()));
+    0
+}
+
+fn to_c(s: &Stats) -> TmStats {
+    let l = &s.fault_latency;
+    TmStats {
+        faults: s.faults,
+        missing_faults: s.missing_faults,
+        wp_faults: s.wp_faults,
+        zero_fills: s.zero_fills,
+        page_ins: s.page_ins,
+        page_outs: s.page_outs,
+        clean_drops: s.clean_drops,
+        zero_drops: s.zero_drops,
+        probation_hits: s.probation_hits,
+        bytes_read: s.bytes_read,
+        bytes_written: s.bytes_written,
+        resident_bytes: s.resident_bytes,
+        peak_resident_bytes: s.peak_resident_bytes,
+        budget_bytes: s.budget_bytes,
+        allocated_bytes: s.allocated_bytes,
+        backing_bytes: s.backing_bytes,
+        metadata_bytes: s.metadata_bytes,
+        page_size: s.page_size,
+        fault_latency: TmLatency {
+            count: l.count,
+            mean_ns: l.mean_ns,
+            p50_ns: l.p50_ns,
+            p90_ns: l.p90_ns,
+            p99_ns: l.p99_ns,
+            p999_ns: l.p999_ns,
+            max_ns: l.max_ns,
+        },
+        reserved: [0; 8],
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn tm_last_error() -> *const c_char {
+    LAST_ERROR.with(|m| m.borrow().as_ptr())
+}

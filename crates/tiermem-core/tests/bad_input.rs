@@ -1,0 +1,165 @@
+//! Bad input gets a clear error, never a crash or a silent failure.
+
+mod common;
+
+use std::process::Command;
+
+use common::runtime;
+use tiermem_core::{Config, Error, PolicyKind, Runtime};
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn zero_and_absurd_sizes() {
+    let rt = runtime(16 * MIB, 4096, PolicyKind::Clock);
+    let zero = rt.alloc(0).unwrap_err();
+    assert_eq!(zero.errno(), libc::EINVAL, "{zero}");
+    let absurd = rt.alloc(1 << 62).unwrap_err();
+    assert!(matches!(absurd, Error::OutOfBackingSpace { .. }), "{absurd}");
+    assert_eq!(absurd.errno(), libc::ENOMEM);
+    assert!(absurd.to_string().contains("out of backing space"), "{absurd}");
+    let max = rt.alloc(usize::MAX).unwrap_err();
+    assert_eq!(max.errno(), libc::ENOMEM, "{max}");
+    // The runtime still works afterwards.
+    let p = rt.alloc(4096).unwrap();
+    // SAFETY: live allocation.
+    unsafe { rt.free(p).unwrap() };
+}
+
+#[test]
+fn allocation_larger_than_the_backing_store() {
+    let config = Config::builder()
+        .dram_budget(16 * MIB)
+        .backing("/var/tmp")
+        .backing_size(64 * MIB)
+        .build()
+        .unwrap();
+    let rt = Runtime::new(config).unwrap();
+    let err = rt.alloc(128 << 20).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOMEM, "{err}");
+    let first = rt.alloc(40 << 20).expect("fits");
+    let second = rt.alloc(40 << 20).unwrap_err();
+    assert_eq!(second.errno(), libc::ENOMEM, "committed space must be honoured: {second}");
+    // SAFETY: live allocation.
+    unsafe { rt.free(first).unwrap() };
+    let again = rt.alloc(40 << 20).expect("space comes back after free");
+    // SAFETY: live allocation.
+    unsafe { rt.free(again).unwrap() };
+}
+
+#[test]
+fn invalid_environment_values_name_the_variable() {
+    for (name, value) in [("TIERMEM_DRAM", "lots"), ("TIERMEM_PAGE_SIZE", "5000"), ("TIERMEM_POLICY", "random")] {
+        let err = Config::from_lookup(|k| (k == name).then(|| value.to_string())).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(name) && msg.contains(value), "{msg}");
+        assert!(msg.contains("expected"), "the accepted form must be stated: {msg}");
+    }
+}
+
+fn start_with_backing(path: &str) -> Error {
+    let config = Config::builder().dram_budget(16 * MIB).backing(path).build().unwrap();
+    match Runtime::new(config) {
+        Ok(_) => panic!("backing {path} should have been refused"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn unusable_backing_paths() {
+    let missing = start_with_backing("/nonexistent-tiermem-dir/sub/file");
+    assert!(missing.to_string().contains("/nonexistent-tiermem-dir"), "{missing}");
+    // procfs refuses file creation, even for root.
+    let proc_dir = start_with_backing("/proc/self");
+    assert!(matches!(proc_dir, Error::Backing { .. }), "{proc_dir}");
+    assert!(proc_dir.to_string().contains("/proc/self"), "{proc_dir}");
+    // A backing file other users can read is refused.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::write(&shared, b"").unwrap();
+    std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let e = start_with_backing(shared.to_str().unwrap());
+    assert!(e.to_string().contains("chmod 600"), "{e}");
+}
+
+/// Runs one `child_*` test of this binary in a fresh process.
+fn run_child(test: &str, env: &[(&str, &str)], uid: Option<u32>) -> std::process::Output {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--include-ignored"]);
+    cmd.env("TIERMEM_CHILD_TEST", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if let Some(uid) = uid {
+        std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+        std::os::unix::process::CommandExt::gid(&mut cmd, uid);
+    }
+    cmd.output().unwrap()
+}
+
+/// The child side: prints the error of starting a runtime in /tmp.
+#[test]
+#[ignore = "run by the parent tests in a separate process"]
+fn child_start_runtime() {
+    if std::env::var_os("TIERMEM_CHILD_TEST").is_none() {
+        return;
+    }
+    let config = Config::builder().dram_budget(16 * MIB).backing(std::env::var("CHILD_BACKING").unwrap_or("/tmp".into())).build().unwrap();
+    match Runtime::new(config) {
+        Ok(_) => println!("CHILD-RESULT: started"),
+        Err(e) => println!("CHILD-RESULT: {e}"),
+    }
+}
+
+fn child_result(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .split("CHILD-RESULT: ")
+        .nth(1)
+        .map(|s| s.split("\ntest ").next().unwrap_or(s).to_string())
+        .unwrap_or_else(|| panic!("child printed no result: {stdout} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn assert_uffd_fix_is_explained(msg: &str) {
+    assert!(msg.contains("userfaultfd is not permitted"), "{msg}");
+    assert!(msg.contains("vm.unprivileged_userfaultfd=1"), "{msg}");
+    assert!(msg.contains("/dev/userfaultfd"), "{msg}");
+}
+
+#[test]
+fn userfaultfd_denied_injected() {
+    let out = run_child("child_start_runtime", &[("TIERMEM_TEST_DENY_UFFD", "1")], None);
+    assert_uffd_fix_is_explained(&child_result(&out));
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn unprivileged_uffd_allowed() -> bool {
+    std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").is_ok_and(|s| s.trim() == "1")
+}
+
+#[test]
+fn userfaultfd_denied_for_a_real_unprivileged_user() {
+    if !is_root() || unprivileged_uffd_allowed() {
+        eprintln!("skipped: needs root to drop to nobody, and vm.unprivileged_userfaultfd=0");
+        return;
+    }
+    let out = run_child("child_start_runtime", &[("CHILD_BACKING", "/tmp")], Some(65534));
+    assert_uffd_fix_is_explained(&child_result(&out));
+}
+
+#[test]
+fn unwritable_backing_directory_for_a_real_user() {
+    if !is_root() {
+        eprintln!("skipped: needs root to drop to nobody");
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = run_child("child_start_runtime", &[("CHILD_BACKING", dir.path().to_str().unwrap())], Some(65534));
+    let msg = child_result(&out);
+    assert!(msg.contains(dir.path().to_str().unwrap()) && msg.to_lowercase().contains("permission denied"), "{msg}");
+}

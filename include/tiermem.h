@@ -1,0 +1,99 @@
+/*
+ * tiermem.h: the C API of tiermem, a software Memory Mode for Linux.
+ *
+ * Tiered memory is cached in a bounded DRAM budget and backed by a file or
+ * block device. Link with -ltiermem (libtiermem.so).
+ *
+ * The library starts lazily on the first call, configured from TIERMEM_*
+ * environment variables (TIERMEM_DRAM, TIERMEM_BACKING, TIERMEM_PAGE_SIZE,
+ * TIERMEM_POLICY, TIERMEM_HANDLER_THREADS, TIERMEM_BACKING_SIZE), or
+ * explicitly with tm_init(). On failure, functions return NULL or -1, set
+ * errno, and tm_last_error() describes what went wrong and how to fix it.
+ */
+#ifndef TIERMEM_H
+#define TIERMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Explicit configuration. Zero or NULL fields keep the value from the
+ * environment, or the default when the environment does not set it. */
+struct tm_config {
+    uint64_t dram_budget;      /* bytes of DRAM for tiered pages */
+    const char *backing_path;  /* directory, file or block device */
+    uint64_t backing_size;     /* cap on the backing store, bytes */
+    uint64_t page_size;        /* power of two, 4096 .. 2097152 */
+    const char *policy;        /* "clock" (default) or "fifo" */
+    uint32_t handler_threads;  /* userfaultfd handler threads */
+    uint32_t reserved0;
+    uint64_t reserved[6];      /* must be zero */
+};
+
+struct tm_latency {
+    uint64_t count;
+    uint64_t mean_ns;
+    uint64_t p50_ns;
+    uint64_t p90_ns;
+    uint64_t p99_ns;
+    uint64_t p999_ns;
+    uint64_t max_ns;
+};
+
+struct tm_stats {
+    uint64_t faults;              /* userfaultfd faults served (missing + write-protect) */
+    uint64_t missing_faults;
+    uint64_t wp_faults;           /* first writes to clean pages */
+    uint64_t zero_fills;          /* first touches of never-written pages */
+    uint64_t page_ins;            /* pages read from the backing store */
+    uint64_t page_outs;           /* pages written to the backing store */
+    uint64_t clean_drops;         /* clean pages dropped without a write */
+    uint64_t zero_drops;          /* all-zero pages dropped without a write */
+    uint64_t probation_hits;      /* re-references caught in probation (no I/O) */
+    uint64_t bytes_read;
+    uint64_t bytes_written;
+    uint64_t resident_bytes;      /* DRAM held by tiered pages now */
+    uint64_t peak_resident_bytes;
+    uint64_t budget_bytes;
+    uint64_t allocated_bytes;     /* live tm_alloc'd bytes (page-rounded) */
+    uint64_t backing_bytes;       /* space the backing file occupies */
+    uint64_t metadata_bytes;      /* DRAM the runtime uses for itself */
+    uint64_t page_size;
+    struct tm_latency fault_latency; /* as seen by the handler threads */
+    uint64_t reserved[8];
+};
+
+/* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with
+ * errno: EBUSY if already started, EINVAL for a bad setting, EPERM when
+ * userfaultfd is not permitted, or the backing store's error. */
+int tm_init(const struct tm_config *cfg);
+
+/* Zeroed, page-aligned tiered memory; NULL with errno (EINVAL for len 0,
+ * ENOMEM when the backing store cannot hold it) on failure. */
+void *tm_alloc(size_t len);
+
+/* Frees tm_alloc'd memory; its DRAM and backing slots are reused. NULL is a
+ * no-op. */
+void tm_free(void *p);
+
+/* Resizes, preserving contents. p NULL acts as tm_alloc; len 0 frees p and
+ * returns NULL. On failure returns NULL and leaves p intact. */
+void *tm_realloc(void *p, size_t len);
+
+/* Sets the DRAM budget; a shrink returns once resident memory fits. */
+int tm_set_dram_budget(size_t bytes);
+size_t tm_get_dram_budget(void);
+
+int tm_stats(struct tm_stats *out);
+
+/* The calling thread's last error message, or "" if none. */
+const char *tm_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIERMEM_H */
