@@ -4,6 +4,7 @@
 //! DRAM, tiermem, kernel swap in a memory cgroup), and the results are shown
 //! side by side with ratios. Every page is stamped and verified at the end.
 
+pub mod device_ref;
 pub mod histogram;
 pub mod kernel_swap;
 pub mod pattern;

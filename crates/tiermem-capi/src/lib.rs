@@ -113,16 +113,25 @@ unsafe fn config_from(cfg: &TmConfig) -> Result<Config, Error> {
         env.push((tiermem_core::config::ENV_BACKING, path));
     }
     if cfg.backing_size != 0 {
-        env.push((tiermem_core::config::ENV_BACKING_SIZE, cfg.backing_size.to_string()));
+        env.push((
+            tiermem_core::config::ENV_BACKING_SIZE,
+            cfg.backing_size.to_string(),
+        ));
     }
     if cfg.page_size != 0 {
-        env.push((tiermem_core::config::ENV_PAGE_SIZE, cfg.page_size.to_string()));
+        env.push((
+            tiermem_core::config::ENV_PAGE_SIZE,
+            cfg.page_size.to_string(),
+        ));
     }
     if let Some(policy) = opt_str(cfg.policy) {
         env.push((tiermem_core::config::ENV_POLICY, policy));
     }
     if cfg.handler_threads != 0 {
-        env.push((tiermem_core::config::ENV_HANDLER_THREADS, cfg.handler_threads.to_string()));
+        env.push((
+            tiermem_core::config::ENV_HANDLER_THREADS,
+            cfg.handler_threads.to_string(),
+        ));
     }
     Config::from_lookup(|name| {
         env.iter()
@@ -156,7 +165,9 @@ pub unsafe extern "C" fn tm_init(cfg: *const TmConfig) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn tm_alloc(len: usize) -> *mut c_void {
-    let Some(rt) = runtime() else { return ptr::null_mut() };
+    let Some(rt) = runtime() else {
+        return ptr::null_mut();
+    };
     match rt.alloc(len) {
         Ok(p) => p.as_ptr().cast(),
         Err(e) => {
@@ -170,7 +181,9 @@ pub extern "C" fn tm_alloc(len: usize) -> *mut c_void {
 /// `p` must be NULL or a live pointer from `tm_alloc`/`tm_realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn tm_free(p: *mut c_void) {
-    let Some(p) = NonNull::new(p.cast::<u8>()) else { return };
+    let Some(p) = NonNull::new(p.cast::<u8>()) else {
+        return;
+    };
     let Some(rt) = runtime() else { return };
     if let Err(e) = rt.free(p) {
         eprintln!("tiermem: tm_free: {e}");
@@ -182,12 +195,16 @@ pub unsafe extern "C" fn tm_free(p: *mut c_void) {
 /// `p` must be NULL or a live pointer from `tm_alloc`/`tm_realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn tm_realloc(p: *mut c_void, len: usize) -> *mut c_void {
-    let Some(old) = NonNull::new(p.cast::<u8>()) else { return tm_alloc(len) };
+    let Some(old) = NonNull::new(p.cast::<u8>()) else {
+        return tm_alloc(len);
+    };
     if len == 0 {
         tm_free(p);
         return ptr::null_mut();
     }
-    let Some(rt) = runtime() else { return ptr::null_mut() };
+    let Some(rt) = runtime() else {
+        return ptr::null_mut();
+    };
     match rt.realloc(old, len) {
         Ok(new) => new.as_ptr().cast(),
         Err(e) => {
@@ -219,7 +236,11 @@ pub extern "C" fn tm_get_dram_budget() -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn tm_stats(out: *mut TmStats) -> c_int {
     if out.is_null() {
-        fail(&Error::InvalidSetting { setting: "tm_stats argument", value: "NULL".into(), expected: "a pointer to struct tm_stats".into() });
+        fail(&Error::InvalidSetting {
+            setting: "tm_stats argument",
+            value: "NULL".into(),
+            expected: "a pointer to struct tm_stats".into(),
+        });
         return -1;
     }
     let Some(rt) = runtime() else { return -1 };

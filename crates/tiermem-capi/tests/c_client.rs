@@ -5,13 +5,25 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
-/// target/<profile>/ holds libtiermem.so; this test runs from target/<profile>/deps/.
+/// target/<profile>/ holds libtiermem.so; this test runs from
+/// target/<profile>/deps/. `cargo test` does not emit the cdylib itself, so
+/// build it for the same profile first.
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-p", "tiermem-capi"]).current_dir(repo_root());
+    if release {
+        cargo.arg("--release");
+    }
+    assert!(cargo.status().unwrap().success(), "building libtiermem.so failed");
     assert!(dir.join("libtiermem.so").exists(), "libtiermem.so not built in {}", dir.display());
     dir
 }

@@ -1,1 +1,42 @@
-fn main() {}
+//! `tiermem`: the command-line front end.
+
+mod bench_cmd;
+
+use clap::{Parser, Subcommand};
+
+/// tiermem: a software Memory Mode for Linux.
+///
+/// A bounded amount of DRAM caches a larger, slower tier (an SSD file, a
+/// block device), entirely in user space over userfaultfd.
+#[derive(Parser)]
+#[command(name = "tiermem", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Bench(bench_cmd::BenchArgs),
+    /// Internal: one benchmark worker process (used by `tiermem bench`).
+    #[command(name = "__bench-worker", hide = true)]
+    BenchWorker {
+        mode: String,
+        spec: String,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Bench(args) => match bench_cmd::run(&args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("tiermem bench: {e:#}");
+                1
+            }
+        },
+        Command::BenchWorker { mode, spec } => bench_cmd::worker(&mode, &spec),
+    };
+    std::process::exit(code);
+}

@@ -62,7 +62,12 @@ impl Budget {
             if cur >= limit {
                 return false;
             }
-            match self.charged.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+            match self.charged.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
                     self.peak.fetch_max(cur + 1, Ordering::Relaxed);
                     return true;

@@ -19,7 +19,11 @@ unsafe impl Sync for TieredBuf<'_> {}
 
 impl<'rt> TieredBuf<'rt> {
     pub fn new(rt: &'rt Runtime, len: usize) -> Result<TieredBuf<'rt>> {
-        Ok(TieredBuf { rt, ptr: rt.alloc(len)?, len })
+        Ok(TieredBuf {
+            rt,
+            ptr: rt.alloc(len)?,
+            len,
+        })
     }
 
     /// Grows or shrinks the buffer, keeping its contents.

@@ -24,8 +24,7 @@ const DEFAULT_BUDGET_PERCENT: u64 = 25;
 const DEFAULT_BACKING_DIR: &str = "/var/tmp";
 const MAX_HANDLER_THREADS: usize = 64;
 
-const SIZE_FORM: &str =
-    "expected a size like 262144, 256K, 256M, 4G or 25% (of physical RAM)";
+const SIZE_FORM: &str = "expected a size like 262144, 256K, 256M, 4G or 25% (of physical RAM)";
 
 /// Which pages leave DRAM first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,7 +88,11 @@ pub fn parse_size(setting: &'static str, text: &str) -> Result<SizeSpec> {
     if let Some(pct) = t.strip_suffix('%') {
         let p: u64 = pct.trim().parse().map_err(|_| bad())?;
         if p == 0 || p > 100 {
-            return Err(invalid(setting, text, "a percentage must be between 1% and 100%"));
+            return Err(invalid(
+                setting,
+                text,
+                "a percentage must be between 1% and 100%",
+            ));
         }
         return Ok(SizeSpec::PercentOfRam(p));
     }
@@ -126,7 +129,12 @@ pub fn parse_size(setting: &'static str, text: &str) -> Result<SizeSpec> {
 /// Physical RAM of this machine, in bytes.
 pub fn physical_ram_bytes() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     (pages.max(0) as u64).saturating_mul(page.max(0) as u64)
 }
 
@@ -172,7 +180,10 @@ fn default_backing_dir() -> PathBuf {
 }
 
 fn default_handler_threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4)
+    // One per CPU, so a fault is usually served on the CPU it happened on.
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 16)
 }
 
 impl Config {
@@ -206,7 +217,11 @@ impl Config {
         }
         if let Some(v) = lookup(ENV_HANDLER_THREADS) {
             b.handler_threads = Some(v.trim().parse().map_err(|_| {
-                invalid(ENV_HANDLER_THREADS, &v, "expected a whole number from 1 to 64")
+                invalid(
+                    ENV_HANDLER_THREADS,
+                    &v,
+                    "expected a whole number from 1 to 64",
+                )
             })?);
         }
         b.build()
@@ -286,7 +301,11 @@ impl ConfigBuilder {
         }
         let backing = self.backing.unwrap_or(defaults.backing);
         if backing.as_os_str().is_empty() {
-            return Err(invalid(ENV_BACKING, "", "expected a directory, a file or a block device"));
+            return Err(invalid(
+                ENV_BACKING,
+                "",
+                "expected a directory, a file or a block device",
+            ));
         }
         if let Some(size) = self.backing_size {
             if size < page_size as u64 {
@@ -321,8 +340,8 @@ impl ConfigBuilder {
 pub const MIN_BUDGET_PAGES: u64 = 16;
 
 fn validate_page_size(bytes: u64) -> Result<usize> {
-    let ok = bytes.is_power_of_two()
-        && (MIN_PAGE_SIZE as u64..=MAX_PAGE_SIZE as u64).contains(&bytes);
+    let ok =
+        bytes.is_power_of_two() && (MIN_PAGE_SIZE as u64..=MAX_PAGE_SIZE as u64).contains(&bytes);
     if ok {
         Ok(bytes as usize)
     } else {
@@ -383,7 +402,10 @@ mod tests {
         assert_eq!(c.policy, PolicyKind::Fifo);
         assert_eq!(c.handler_threads, 3);
         let back = Config::from_lookup(|k| {
-            c.to_env().into_iter().find(|(n, _)| *n == k).map(|(_, v)| v)
+            c.to_env()
+                .into_iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v)
         })
         .unwrap();
         assert_eq!(back, c);

@@ -125,11 +125,17 @@ impl<'a> Evictor<'a> {
             match d.frame {
                 Some(frame) => {
                     rt.table.set_frame(d.page, frame);
-                    rt.table.finish(d.page, d.state.with_kind(Kind::Probation).with_referenced(false));
+                    rt.table.finish(
+                        d.page,
+                        d.state.with_kind(Kind::Probation).with_referenced(false),
+                    );
                     self.probation.push_back(d.page);
                 }
                 None => {
-                    rt.table.finish(d.page, d.state.with_kind(Kind::Stored).with_referenced(false));
+                    rt.table.finish(
+                        d.page,
+                        d.state.with_kind(Kind::Stored).with_referenced(false),
+                    );
                     rt.budget.uncharge(1);
                     Counters::add(&rt.counters.clean_drops, 1);
                 }
@@ -156,12 +162,18 @@ impl<'a> Evictor<'a> {
             // Clean pages are already write-protected; dirty ones must be,
             // or a write between copy and zap would be lost.
             if let Err(e) = rt.uffd.write_protect(addr, rt.page_size, true) {
-                rt.fatal(&format!("write-protecting page {page} for eviction failed: {e}"));
+                rt.fatal(&format!(
+                    "write-protecting page {page} for eviction failed: {e}"
+                ));
             }
         }
         let needs_copy = keep_in_dram || state.is_dirty() || state.slot().is_none();
         if !needs_copy {
-            return Some(Demoted { page, state, frame: None });
+            return Some(Demoted {
+                page,
+                state,
+                frame: None,
+            });
         }
         let Some(frame) = rt.frames.alloc() else {
             // Out of frames: leave the page where it is.
@@ -174,8 +186,14 @@ impl<'a> Evictor<'a> {
         };
         // SAFETY: the page is resident and write-protected, and we own it, so
         // it is readable and stable; the frame is ours and page-sized.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, rt.frames.ptr(frame), rt.page_size) };
-        Some(Demoted { page, state, frame: Some(frame) })
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as *const u8, rt.frames.ptr(frame), rt.page_size)
+        };
+        Some(Demoted {
+            page,
+            state,
+            frame: Some(frame),
+        })
     }
 
     /// Step 2. Returns how many pages left DRAM.
@@ -184,8 +202,12 @@ impl<'a> Evictor<'a> {
         let mut freed = 0;
         self.to_write.clear();
         while freed + self.to_write.len() < want {
-            let Some(page) = self.probation.pop_front() else { break };
-            let Some(state) = self.own_probation_page(page) else { continue };
+            let Some(page) = self.probation.pop_front() else {
+                break;
+            };
+            let Some(state) = self.own_probation_page(page) else {
+                continue;
+            };
             let frame = rt.table.frame(page);
             if !state.is_dirty() && state.slot().is_some() {
                 self.drop_clean(page, state, frame);
@@ -206,7 +228,11 @@ impl<'a> Evictor<'a> {
             if s.kind() != Kind::Probation {
                 return None; // rescued by a fault, or freed
             }
-            if self.rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+            if self
+                .rt
+                .table
+                .transition(page, s, s.with_kind(Kind::Evicting))
+            {
                 return Some(s);
             }
         }
@@ -237,13 +263,20 @@ impl<'a> Evictor<'a> {
         if self.to_write.is_empty() {
             return 0;
         }
-        rt.slots.alloc(self.to_write.len(), rt.store.backed_slots(), &mut self.slots);
+        rt.slots.alloc(
+            self.to_write.len(),
+            rt.store.backed_slots(),
+            &mut self.slots,
+        );
         if self.slots.len() < self.to_write.len() {
             rt.fatal("the backing store ran out of slots for committed pages (accounting bug)");
         }
         self.writes.clear();
         for (i, &(_, _, frame)) in self.to_write.iter().enumerate() {
-            self.writes.push(SlotWrite { slot: self.slots[i], src: rt.frames.ptr(frame) });
+            self.writes.push(SlotWrite {
+                slot: self.slots[i],
+                src: rt.frames.ptr(frame),
+            });
         }
         if let Err(e) = rt.store.write_batch(&self.writes) {
             // Nothing is lost: the pages stay in their frames. Put them back
@@ -264,7 +297,10 @@ impl<'a> Evictor<'a> {
             if let Some(old) = state.slot() {
                 rt.slots.free(old);
             }
-            let stored = state.with_kind(Kind::Stored).with_dirty(false).with_slot(Some(self.slots[i]));
+            let stored = state
+                .with_kind(Kind::Stored)
+                .with_dirty(false)
+                .with_slot(Some(self.slots[i]));
             rt.table.finish(page, stored);
             rt.frames.release(frame);
         }

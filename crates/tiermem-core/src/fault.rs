@@ -25,8 +25,8 @@ use crate::page_table::{Kind, PageNo, PageState};
 use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::sys::mem::{wait_readable, Mapping};
-use crate::sys::uffd::{message_buffer, Copied, Fault};
 use crate::sys::now_ns;
+use crate::sys::uffd::{message_buffer, Copied, Fault};
 
 /// Faults read per read(2).
 const FAULT_BATCH: usize = 64;
@@ -34,23 +34,35 @@ const FAULT_BATCH: usize = 64;
 pub(crate) fn handler_loop(rt: &Shared) {
     let mut raw = message_buffer(FAULT_BATCH);
     let mut faults = Vec::with_capacity(FAULT_BATCH);
-    let io_buffer = match Mapping::reserve_aligned(rt.page_size, rt.page_size, "allocating a handler I/O buffer") {
+    let io_buffer = match Mapping::reserve_aligned(
+        rt.page_size,
+        rt.page_size,
+        "allocating a handler I/O buffer",
+    ) {
         Ok(m) => m,
         Err(e) => rt.fatal(&format!("{e}")),
     };
+    // After serving a fault, poll the fd for a short while before sleeping:
+    // a faulting thread's next miss usually follows within microseconds, and
+    // waking a sleeping handler costs more than the spin.
+    let mut spin_until = 0;
     while !rt.stopping() {
-        if !wait_readable(rt.uffd.raw(), &rt.stop_event) {
-            break;
-        }
         match rt.uffd.read_faults(&mut raw, &mut faults) {
-            Ok(()) => {}
-            // Another handler thread took these faults.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Ok(()) => {
+                for fault in &faults {
+                    serve(rt, fault, &io_buffer);
+                }
+                spin_until = now_ns() + rt.spin_ns;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if now_ns() < spin_until {
+                    std::hint::spin_loop();
+                } else if !wait_readable(rt.uffd.raw(), &rt.stop_event) {
+                    break;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => rt.fatal(&format!("reading userfaultfd events failed: {e}")),
-        }
-        for fault in &faults {
-            serve(rt, fault, &io_buffer);
         }
     }
 }
@@ -59,7 +71,8 @@ fn serve(rt: &Shared, fault: &Fault, io_buffer: &Mapping) {
     let started = now_ns();
     Counters::add(&rt.counters.faults, 1);
     let Some(page) = rt.page_of(fault.address) else {
-        rt.uffd.wake(fault.address & !(rt.base_page - 1), rt.base_page);
+        rt.uffd
+            .wake(fault.address & !(rt.base_page - 1), rt.base_page);
         return;
     };
     if fault.write_protect {
@@ -78,7 +91,10 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault, io_buffer: &Mapping
         match state.kind() {
             Kind::Zero | Kind::Stored => {
                 rt.charge_one_page();
-                if !rt.table.transition(page, state, state.with_kind(Kind::Loading)) {
+                if !rt
+                    .table
+                    .transition(page, state, state.with_kind(Kind::Loading))
+                {
                     rt.budget.uncharge(1);
                     continue;
                 }
@@ -90,7 +106,10 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault, io_buffer: &Mapping
                 return;
             }
             Kind::Probation => {
-                if rt.table.transition(page, state, state.with_kind(Kind::Loading)) {
+                if rt
+                    .table
+                    .transition(page, state, state.with_kind(Kind::Loading))
+                {
                     rescue_from_probation(rt, page, state, fault.write);
                     return;
                 }
@@ -119,12 +138,16 @@ fn install_zeros(rt: &Shared, page: PageNo) {
 
 fn page_in(rt: &Shared, page: PageNo, state: PageState, write: bool, io_buffer: &Mapping) {
     let Some(slot) = state.slot() else {
-        rt.fatal(&format!("page {page} is stored but has no slot ({state:?})"));
+        rt.fatal(&format!(
+            "page {page} is stored but has no slot ({state:?})"
+        ));
     };
     // SAFETY: the handler owns `io_buffer` (page-sized); no one else uses it.
     let buf = unsafe { std::slice::from_raw_parts_mut(io_buffer.as_ptr(), rt.page_size) };
     if let Err(e) = rt.store.read(slot, buf) {
-        rt.fatal(&format!("reading page {page} from backing slot {slot} failed: {e}"));
+        rt.fatal(&format!(
+            "reading page {page} from backing slot {slot} failed: {e}"
+        ));
     }
     Counters::add(&rt.counters.page_ins, 1);
     Counters::add(&rt.counters.bytes_read, rt.page_size as u64);
@@ -155,7 +178,12 @@ fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState, write: boo
         (_, slot) => slot,
     };
     // The page was charged all along; a touch in probation is a reference.
-    finish_resident(rt, page, PageState::FREE.with_dirty(dirty).with_slot(slot), true);
+    finish_resident(
+        rt,
+        page,
+        PageState::FREE.with_dirty(dirty).with_slot(slot),
+        true,
+    );
 }
 
 /// First write to a clean page: its store copy goes stale.
@@ -167,11 +195,16 @@ fn resolve_write_to_clean(rt: &Shared, page: PageNo) {
             Kind::Resident => {
                 // Own the page while lifting the protection, so the evictor
                 // cannot write-protect and copy it halfway through.
-                if !rt.table.transition(page, state, state.with_kind(Kind::Loading)) {
+                if !rt
+                    .table
+                    .transition(page, state, state.with_kind(Kind::Loading))
+                {
                     continue;
                 }
                 if let Err(e) = rt.uffd.write_protect(addr, rt.page_size, false) {
-                    rt.fatal(&format!("lifting write protection of page {page} failed: {e}"));
+                    rt.fatal(&format!(
+                        "lifting write protection of page {page} failed: {e}"
+                    ));
                 }
                 if let Some(stale) = state.slot() {
                     rt.slots.free(stale);
@@ -205,14 +238,19 @@ fn install(rt: &Shared, page: PageNo, src: *const u8, write_protect: bool) {
                 return;
             }
             Ok(Copied::Retry(_)) => std::thread::yield_now(),
-            Err(e) => rt.fatal(&format!("installing page {page} with UFFDIO_COPY failed: {e}")),
+            Err(e) => rt.fatal(&format!(
+                "installing page {page} with UFFDIO_COPY failed: {e}"
+            )),
         }
     }
 }
 
 /// Publishes a page the handler owns as resident and hands it to the policy.
 fn finish_resident(rt: &Shared, page: PageNo, state: PageState, referenced: bool) {
-    rt.table.finish(page, state.with_kind(Kind::Resident).with_referenced(referenced));
+    rt.table.finish(
+        page,
+        state.with_kind(Kind::Resident).with_referenced(referenced),
+    );
     rt.policy.admit(&rt.table, page);
     rt.kick_evictor_if_low();
 }

@@ -21,7 +21,11 @@ pub struct FramePool {
 
 impl FramePool {
     pub fn new(capacity: u32, frame_size: usize) -> Result<FramePool> {
-        let memory = Mapping::reserve_aligned(capacity as usize * frame_size, frame_size, "reserving runtime frames")?;
+        let memory = Mapping::reserve_aligned(
+            capacity as usize * frame_size,
+            frame_size,
+            "reserving runtime frames",
+        )?;
         Ok(FramePool {
             memory,
             frame_size,
@@ -44,7 +48,10 @@ impl FramePool {
     }
 
     pub fn release(&self, frame: FrameNo) {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).push(frame);
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(frame);
     }
 
     pub fn ptr(&self, frame: FrameNo) -> *mut u8 {

@@ -79,13 +79,25 @@ impl PageState {
         PageState(self.0 & !KIND_MASK | kind as u64)
     }
     pub fn with_dirty(self, dirty: bool) -> PageState {
-        PageState(if dirty { self.0 | DIRTY } else { self.0 & !DIRTY })
+        PageState(if dirty {
+            self.0 | DIRTY
+        } else {
+            self.0 & !DIRTY
+        })
     }
     pub fn with_referenced(self, referenced: bool) -> PageState {
-        PageState(if referenced { self.0 | REFERENCED } else { self.0 & !REFERENCED })
+        PageState(if referenced {
+            self.0 | REFERENCED
+        } else {
+            self.0 & !REFERENCED
+        })
     }
     pub fn with_queued(self, queued: bool) -> PageState {
-        PageState(if queued { self.0 | QUEUED } else { self.0 & !QUEUED })
+        PageState(if queued {
+            self.0 | QUEUED
+        } else {
+            self.0 & !QUEUED
+        })
     }
     pub fn with_slot(self, slot: Option<u64>) -> PageState {
         let field = slot.map_or(0, |s| s + 1);
@@ -138,10 +150,6 @@ impl PageTable {
         })
     }
 
-    pub fn pages(&self) -> u64 {
-        self.pages
-    }
-
     #[inline]
     fn word(&self, page: PageNo) -> &AtomicU64 {
         assert!((page as u64) < self.pages);
@@ -178,7 +186,11 @@ impl PageTable {
     }
 
     /// Like [`Self::update`] but returns the state it replaced.
-    pub fn update_returning_old(&self, page: PageNo, f: impl Fn(PageState) -> PageState) -> PageState {
+    pub fn update_returning_old(
+        &self,
+        page: PageNo,
+        f: impl Fn(PageState) -> PageState,
+    ) -> PageState {
         let w = self.word(page);
         let mut cur = w.load(Ordering::Acquire);
         loop {
@@ -229,7 +241,10 @@ mod tests {
         assert_eq!(s.kind(), Kind::Resident);
         assert!(s.is_dirty() && s.is_referenced() && s.is_queued());
         assert_eq!(s.slot(), Some((1 << 40) + 7));
-        let s = s.with_slot(None).with_dirty(false).with_kind(Kind::Probation);
+        let s = s
+            .with_slot(None)
+            .with_dirty(false)
+            .with_kind(Kind::Probation);
         assert_eq!(s.slot(), None);
         assert!(!s.is_dirty() && s.is_queued());
         assert_eq!(s.kind(), Kind::Probation);

@@ -21,7 +21,10 @@ impl RangeAllocator {
         if pages > 0 {
             free.insert(0, pages);
         }
-        RangeAllocator { free, live: HashMap::new() }
+        RangeAllocator {
+            free,
+            live: HashMap::new(),
+        }
     }
 
     pub fn alloc(&mut self, pages: u64) -> Option<u64> {
@@ -63,7 +66,9 @@ impl RangeAllocator {
 
     /// Grows a live allocation in place when the pages after it are free.
     pub fn try_grow(&mut self, start: u64, new_pages: u64) -> bool {
-        let Some(&old) = self.live.get(&start) else { return false };
+        let Some(&old) = self.live.get(&start) else {
+            return false;
+        };
         let end = start + old;
         let extra = new_pages - old;
         match self.free.get(&end).copied() {

@@ -154,6 +154,9 @@ pub struct Stats {
     pub page_size: u64,
     /// Time from reading a fault to resolving it, as the handler sees it.
     pub fault_latency: LatencySummary,
+    pub backing_capacity_bytes: u64,
+    pub backing_path: String,
+    pub backing_is_block_device: bool,
     pub policy: &'static str,
     pub io_engine: &'static str,
     pub direct_io: bool,

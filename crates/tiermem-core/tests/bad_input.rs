@@ -15,9 +15,15 @@ fn zero_and_absurd_sizes() {
     let zero = rt.alloc(0).unwrap_err();
     assert_eq!(zero.errno(), libc::EINVAL, "{zero}");
     let absurd = rt.alloc(1 << 62).unwrap_err();
-    assert!(matches!(absurd, Error::OutOfBackingSpace { .. }), "{absurd}");
+    assert!(
+        matches!(absurd, Error::OutOfBackingSpace { .. }),
+        "{absurd}"
+    );
     assert_eq!(absurd.errno(), libc::ENOMEM);
-    assert!(absurd.to_string().contains("out of backing space"), "{absurd}");
+    assert!(
+        absurd.to_string().contains("out of backing space"),
+        "{absurd}"
+    );
     let max = rt.alloc(usize::MAX).unwrap_err();
     assert_eq!(max.errno(), libc::ENOMEM, "{max}");
     // The runtime still works afterwards.
@@ -39,7 +45,11 @@ fn allocation_larger_than_the_backing_store() {
     assert_eq!(err.errno(), libc::ENOMEM, "{err}");
     let first = rt.alloc(40 << 20).expect("fits");
     let second = rt.alloc(40 << 20).unwrap_err();
-    assert_eq!(second.errno(), libc::ENOMEM, "committed space must be honoured: {second}");
+    assert_eq!(
+        second.errno(),
+        libc::ENOMEM,
+        "committed space must be honoured: {second}"
+    );
     // SAFETY: live allocation.
     unsafe { rt.free(first).unwrap() };
     let again = rt.alloc(40 << 20).expect("space comes back after free");
@@ -49,16 +59,27 @@ fn allocation_larger_than_the_backing_store() {
 
 #[test]
 fn invalid_environment_values_name_the_variable() {
-    for (name, value) in [("TIERMEM_DRAM", "lots"), ("TIERMEM_PAGE_SIZE", "5000"), ("TIERMEM_POLICY", "random")] {
+    for (name, value) in [
+        ("TIERMEM_DRAM", "lots"),
+        ("TIERMEM_PAGE_SIZE", "5000"),
+        ("TIERMEM_POLICY", "random"),
+    ] {
         let err = Config::from_lookup(|k| (k == name).then(|| value.to_string())).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains(name) && msg.contains(value), "{msg}");
-        assert!(msg.contains("expected"), "the accepted form must be stated: {msg}");
+        assert!(
+            msg.contains("expected"),
+            "the accepted form must be stated: {msg}"
+        );
     }
 }
 
 fn start_with_backing(path: &str) -> Error {
-    let config = Config::builder().dram_budget(16 * MIB).backing(path).build().unwrap();
+    let config = Config::builder()
+        .dram_budget(16 * MIB)
+        .backing(path)
+        .build()
+        .unwrap();
     match Runtime::new(config) {
         Ok(_) => panic!("backing {path} should have been refused"),
         Err(e) => e,
@@ -68,7 +89,10 @@ fn start_with_backing(path: &str) -> Error {
 #[test]
 fn unusable_backing_paths() {
     let missing = start_with_backing("/nonexistent-tiermem-dir/sub/file");
-    assert!(missing.to_string().contains("/nonexistent-tiermem-dir"), "{missing}");
+    assert!(
+        missing.to_string().contains("/nonexistent-tiermem-dir"),
+        "{missing}"
+    );
     // procfs refuses file creation, even for root.
     let proc_dir = start_with_backing("/proc/self");
     assert!(matches!(proc_dir, Error::Backing { .. }), "{proc_dir}");
@@ -104,7 +128,11 @@ fn child_start_runtime() {
     if std::env::var_os("TIERMEM_CHILD_TEST").is_none() {
         return;
     }
-    let config = Config::builder().dram_budget(16 * MIB).backing(std::env::var("CHILD_BACKING").unwrap_or("/tmp".into())).build().unwrap();
+    let config = Config::builder()
+        .dram_budget(16 * MIB)
+        .backing(std::env::var("CHILD_BACKING").unwrap_or("/tmp".into()))
+        .build()
+        .unwrap();
     match Runtime::new(config) {
         Ok(_) => println!("CHILD-RESULT: started"),
         Err(e) => println!("CHILD-RESULT: {e}"),
@@ -117,7 +145,12 @@ fn child_result(out: &std::process::Output) -> String {
         .split("CHILD-RESULT: ")
         .nth(1)
         .map(|s| s.split("\ntest ").next().unwrap_or(s).to_string())
-        .unwrap_or_else(|| panic!("child printed no result: {stdout} {}", String::from_utf8_lossy(&out.stderr)))
+        .unwrap_or_else(|| {
+            panic!(
+                "child printed no result: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
 }
 
 fn assert_uffd_fix_is_explained(msg: &str) {
@@ -128,7 +161,11 @@ fn assert_uffd_fix_is_explained(msg: &str) {
 
 #[test]
 fn userfaultfd_denied_injected() {
-    let out = run_child("child_start_runtime", &[("TIERMEM_TEST_DENY_UFFD", "1")], None);
+    let out = run_child(
+        "child_start_runtime",
+        &[("TIERMEM_TEST_DENY_UFFD", "1")],
+        None,
+    );
     assert_uffd_fix_is_explained(&child_result(&out));
 }
 
@@ -147,7 +184,11 @@ fn userfaultfd_denied_for_a_real_unprivileged_user() {
         eprintln!("skipped: needs root to drop to nobody, and vm.unprivileged_userfaultfd=0");
         return;
     }
-    let out = run_child("child_start_runtime", &[("CHILD_BACKING", "/tmp")], Some(65534));
+    let out = run_child(
+        "child_start_runtime",
+        &[("CHILD_BACKING", "/tmp")],
+        Some(65534),
+    );
     assert_uffd_fix_is_explained(&child_result(&out));
 }
 
@@ -158,8 +199,20 @@ fn unwritable_backing_directory_for_a_real_user() {
         return;
     }
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = run_child("child_start_runtime", &[("CHILD_BACKING", dir.path().to_str().unwrap())], Some(65534));
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = run_child(
+        "child_start_runtime",
+        &[("CHILD_BACKING", dir.path().to_str().unwrap())],
+        Some(65534),
+    );
     let msg = child_result(&out);
-    assert!(msg.contains(dir.path().to_str().unwrap()) && msg.to_lowercase().contains("permission denied"), "{msg}");
+    assert!(
+        msg.contains(dir.path().to_str().unwrap())
+            && msg.to_lowercase().contains("permission denied"),
+        "{msg}"
+    );
 }

@@ -26,7 +26,7 @@ fn budget_shrinks_and_grows_under_load() {
                 let mut rng = Rng(0xfeed + t);
                 while !stop.load(Ordering::Relaxed) {
                     let unit = rng.below(stamped.units);
-                    if rng.next() % 2 == 0 {
+                    if rng.next().is_multiple_of(2) {
                         stamped.write(unit);
                     } else if !stamped.read_ok(unit) {
                         lost.fetch_add(1, Ordering::Relaxed);
@@ -38,7 +38,11 @@ fn budget_shrinks_and_grows_under_load() {
             rt.set_dram_budget(budget).expect("set budget");
             assert_eq!(rt.dram_budget(), budget);
             let settled = rt.stats();
-            assert!(settled.resident_bytes <= budget, "after set_dram_budget({budget}): {} resident", settled.resident_bytes);
+            assert!(
+                settled.resident_bytes <= budget,
+                "after set_dram_budget({budget}): {} resident",
+                settled.resident_bytes
+            );
             let until = Instant::now() + Duration::from_millis(1500);
             while Instant::now() < until {
                 let resident = rt.stats().resident_bytes;
@@ -52,5 +56,8 @@ fn budget_shrinks_and_grows_under_load() {
     });
     assert_eq!(lost.into_inner(), 0);
     stamped.verify().unwrap();
-    assert!(rt.set_dram_budget(4096).is_err(), "a budget below 16 pages is refused");
+    assert!(
+        rt.set_dram_budget(4096).is_err(),
+        "a budget below 16 pages is refused"
+    );
 }

@@ -28,7 +28,7 @@ fn hammer(policy: PolicyKind, page_size: usize) {
                 while !stop.load(Ordering::Relaxed) {
                     for _ in 0..256 {
                         let unit = rng.below(stamped.units);
-                        if rng.next() % 2 == 0 {
+                        if rng.next().is_multiple_of(2) {
                             stamped.write(unit);
                         } else if !stamped.read_ok(unit) {
                             lost_reads.fetch_add(1, Ordering::Relaxed);
@@ -40,18 +40,35 @@ fn hammer(policy: PolicyKind, page_size: usize) {
         let deadline = Instant::now() + HAMMER;
         while Instant::now() < deadline {
             let stats = rt.stats();
-            assert!(stats.resident_bytes <= BUDGET, "resident {} over budget {BUDGET}", stats.resident_bytes);
+            assert!(
+                stats.resident_bytes <= BUDGET,
+                "resident {} over budget {BUDGET}",
+                stats.resident_bytes
+            );
             let mapped = resident_bytes(base, REGION) as u64;
             assert!(mapped <= BUDGET, "{mapped} bytes mapped, budget {BUDGET}");
             std::thread::sleep(Duration::from_millis(50));
         }
         stop.store(true, Ordering::Relaxed);
     });
-    assert_eq!(lost_reads.into_inner(), 0, "reads saw a page without its identity");
-    stamped.verify().unwrap_or_else(|e| panic!("{policy:?}/{page_size}: {e}"));
+    assert_eq!(
+        lost_reads.into_inner(),
+        0,
+        "reads saw a page without its identity"
+    );
+    stamped
+        .verify()
+        .unwrap_or_else(|e| panic!("{policy:?}/{page_size}: {e}"));
     let stats = rt.stats();
-    assert!(stats.page_outs > 0 && stats.page_ins > 0, "no paging happened: {stats:?}");
-    assert!(stats.peak_resident_bytes <= BUDGET, "peak {} over budget", stats.peak_resident_bytes);
+    assert!(
+        stats.page_outs > 0 && stats.page_ins > 0,
+        "no paging happened: {stats:?}"
+    );
+    assert!(
+        stats.peak_resident_bytes <= BUDGET,
+        "peak {} over budget",
+        stats.peak_resident_bytes
+    );
     eprintln!(
         "{policy:?}/{}K: {} faults, {} page-ins, {} page-outs, {} clean drops, {} probation hits, fault p50 {} ns",
         page_size / 1024,

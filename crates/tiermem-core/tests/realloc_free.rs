@@ -37,7 +37,11 @@ fn realloc_preserves_contents_growing_past_the_budget() {
         p = unsafe { rt.realloc(p, grown).unwrap() };
         check(p.as_ptr(), size);
         // SAFETY: the new tail is part of the allocation and reads as zero.
-        assert_eq!(unsafe { p.as_ptr().add(grown - 8).read() }, 0, "new tail must be zeroed");
+        assert_eq!(
+            unsafe { p.as_ptr().add(grown - 8).read() },
+            0,
+            "new tail must be zeroed"
+        );
         fill(p.as_ptr(), size, grown);
         size = grown;
     }
@@ -73,10 +77,17 @@ fn alloc_free_cycles_keep_the_backing_file_bounded() {
             high_water = stats.backing_bytes;
         }
         if round > 1 {
-            assert!(stats.backing_bytes <= high_water, "backing file grew from {high_water} to {} across cycles", stats.backing_bytes);
+            assert!(
+                stats.backing_bytes <= high_water,
+                "backing file grew from {high_water} to {} across cycles",
+                stats.backing_bytes
+            );
         }
     }
-    assert!(high_water <= (len as u64) + (64 << 20), "backing file {high_water} far larger than one allocation");
+    assert!(
+        high_water <= (len as u64) + (64 << 20),
+        "backing file {high_water} far larger than one allocation"
+    );
 }
 
 #[test]
@@ -88,7 +99,9 @@ fn freeing_unknown_pointers_is_an_error_not_a_crash() {
         let inside = std::ptr::NonNull::new_unchecked(p.as_ptr().add(4096));
         assert!(rt.free(inside).is_err());
         let mut outside = 0u64;
-        assert!(rt.free(std::ptr::NonNull::from(&mut outside).cast()).is_err());
+        assert!(rt
+            .free(std::ptr::NonNull::from(&mut outside).cast())
+            .is_err());
         rt.free(p).unwrap();
         assert!(rt.free(p).is_err(), "double free must be refused");
     }

@@ -14,7 +14,9 @@ const BUDGET: u64 = 8 << 20;
 const BUF: usize = 4 << 20;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8)
+        .collect()
 }
 
 /// Pushes `victim` out of DRAM by writing a region four times the budget.
@@ -48,13 +50,23 @@ fn read_into_and_write_from_evicted_tiered_buffers() {
     while done < BUF {
         // SAFETY: reading into our live tiered buffer.
         let n = unsafe { libc::read(f.as_raw_fd(), buf.add(done).cast(), BUF - done) };
-        assert!(n > 0, "read(2) into an evicted tiered buffer failed: {}", std::io::Error::last_os_error());
+        assert!(
+            n > 0,
+            "read(2) into an evicted tiered buffer failed: {}",
+            std::io::Error::last_os_error()
+        );
         done += n as usize;
     }
     // SAFETY: BUF initialised bytes.
     let got = unsafe { std::slice::from_raw_parts(buf, BUF) };
-    assert!(got == want.as_slice(), "read(2) put the wrong bytes into the tiered buffer");
-    assert!(rt.stats().page_ins > before, "the buffer was not paged back in: eviction never happened");
+    assert!(
+        got == want.as_slice(),
+        "read(2) put the wrong bytes into the tiered buffer"
+    );
+    assert!(
+        rt.stats().page_ins > before,
+        "the buffer was not paged back in: eviction never happened"
+    );
 
     // write(2) from an evicted buffer.
     evict_everything(&rt);
@@ -62,8 +74,19 @@ fn read_into_and_write_from_evicted_tiered_buffers() {
     let out = File::create(&output).unwrap();
     // SAFETY: writing from our live tiered buffer.
     let n = unsafe { libc::write(out.as_raw_fd(), buf.cast(), BUF) };
-    assert_eq!(n as usize, BUF, "write(2): {}", std::io::Error::last_os_error());
+    assert_eq!(
+        n as usize,
+        BUF,
+        "write(2): {}",
+        std::io::Error::last_os_error()
+    );
     let mut written = Vec::new();
-    File::open(&output).unwrap().read_to_end(&mut written).unwrap();
-    assert!(written == want, "write(2) from an evicted tiered buffer wrote the wrong bytes");
+    File::open(&output)
+        .unwrap()
+        .read_to_end(&mut written)
+        .unwrap();
+    assert!(
+        written == want,
+        "write(2) from an evicted tiered buffer wrote the wrong bytes"
+    );
 }

@@ -47,10 +47,20 @@ impl FileStore {
                 open_existing(path, false)?
             }
             Ok(_) => {
-                return Err(backing_err(path, "not a directory, regular file or block device", io::ErrorKind::InvalidInput.into()))
+                return Err(backing_err(
+                    path,
+                    "not a directory, regular file or block device",
+                    io::ErrorKind::InvalidInput.into(),
+                ))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => create_private_file(path)?,
-            Err(e) => return Err(backing_err(path, "cannot inspect the backing path", clone_err(e))),
+            Err(e) => {
+                return Err(backing_err(
+                    path,
+                    "cannot inspect the backing path",
+                    clone_err(e),
+                ))
+            }
         };
         let room = available_bytes(&file, block_device, path)?;
         // A limit above the free space is allowed: allocation fails with ENOMEM
@@ -58,7 +68,11 @@ impl FileStore {
         let capacity_bytes = size_limit.unwrap_or(room);
         let capacity_slots = capacity_bytes / page_size as u64;
         if capacity_slots == 0 {
-            return Err(backing_err(path, "no space for even one page", io::Error::from_raw_os_error(libc::ENOSPC)));
+            return Err(backing_err(
+                path,
+                "no space for even one page",
+                io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
         }
         let backed = if block_device { capacity_slots } else { 0 };
         Ok(FileStore {
@@ -86,7 +100,9 @@ impl FileStore {
     fn drop_cached(&self, offset: i64, len: usize) {
         if !self.direct_io {
             // SAFETY: fadvise on our own fd with a valid range.
-            unsafe { libc::posix_fadvise(self.fd(), offset, len as i64, libc::POSIX_FADV_DONTNEED) };
+            unsafe {
+                libc::posix_fadvise(self.fd(), offset, len as i64, libc::POSIX_FADV_DONTNEED)
+            };
         }
     }
 
@@ -128,7 +144,10 @@ impl FileStore {
         let page = self.page_size;
         let iov: Vec<libc::iovec> = bufs
             .iter()
-            .map(|b| libc::iovec { iov_base: *b as *mut libc::c_void, iov_len: page })
+            .map(|b| libc::iovec {
+                iov_base: *b as *mut libc::c_void,
+                iov_len: page,
+            })
             .collect();
         let total = page * bufs.len();
         let mut done = 0usize;
@@ -140,7 +159,12 @@ impl FileStore {
             // SAFETY: every iovec points at a page-sized runtime buffer the
             // caller keeps alive for this call.
             let n = unsafe {
-                libc::pwritev(self.fd(), rest.as_ptr(), rest.len() as i32, self.offset(first_slot) + done as i64)
+                libc::pwritev(
+                    self.fd(),
+                    rest.as_ptr(),
+                    rest.len() as i32,
+                    self.offset(first_slot) + done as i64,
+                )
             };
             if n < 0 {
                 let err = io::Error::last_os_error();
@@ -150,7 +174,10 @@ impl FileStore {
                 return Err(err);
             }
             if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "backing store accepted no bytes"));
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "backing store accepted no bytes",
+                ));
             }
             done += n as usize;
         }
@@ -205,7 +232,12 @@ impl Store for FileStore {
         while done < buf.len() {
             // SAFETY: `buf[done..]` is writable for the requested length.
             let n = unsafe {
-                libc::pread(self.fd(), buf[done..].as_mut_ptr().cast(), buf.len() - done, self.offset(slot) + done as i64)
+                libc::pread(
+                    self.fd(),
+                    buf[done..].as_mut_ptr().cast(),
+                    buf.len() - done,
+                    self.offset(slot) + done as i64,
+                )
             };
             if n < 0 {
                 let err = io::Error::last_os_error();
@@ -215,7 +247,10 @@ impl Store for FileStore {
                 return Err(err);
             }
             if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("slot {slot} is beyond the end of the backing file")));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("slot {slot} is beyond the end of the backing file"),
+                ));
             }
             done += n as usize;
         }
@@ -251,7 +286,11 @@ impl Store for FileStore {
 }
 
 fn backing_err(path: &Path, what: &str, source: io::Error) -> Error {
-    Error::Backing { path: path.to_path_buf(), what: what.to_string(), source }
+    Error::Backing {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+        source,
+    }
 }
 
 fn clone_err(e: &io::Error) -> io::Error {
@@ -262,8 +301,13 @@ fn clone_err(e: &io::Error) -> io::Error {
 }
 
 fn cstring(path: &Path) -> Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| backing_err(path, "path contains a NUL byte", io::ErrorKind::InvalidInput.into()))
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        backing_err(
+            path,
+            "path contains a NUL byte",
+            io::ErrorKind::InvalidInput.into(),
+        )
+    })
 }
 
 /// open(2) with O_DIRECT, retrying without it where the filesystem refuses.
@@ -288,11 +332,24 @@ fn open_private_file_in(dir: &Path) -> Result<(File, bool, bool)> {
     let c = cstring(dir)?;
     match open_maybe_direct(&c, libc::O_TMPFILE | libc::O_RDWR, 0o600) {
         Ok((f, direct)) => Ok((f, direct, false)),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EISDIR)) => {
-            let name = dir.join(format!(".tiermem-{}-{}", std::process::id(), crate::sys::now_ns()));
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::EISDIR)
+            ) =>
+        {
+            let name = dir.join(format!(
+                ".tiermem-{}-{}",
+                std::process::id(),
+                crate::sys::now_ns()
+            ));
             create_private_file(&name)
         }
-        Err(e) => Err(backing_err(dir, "cannot create a private backing file in this directory", e)),
+        Err(e) => Err(backing_err(
+            dir,
+            "cannot create a private backing file in this directory",
+            e,
+        )),
     }
 }
 
@@ -301,7 +358,8 @@ fn create_private_file(path: &Path) -> Result<(File, bool, bool)> {
     let c = cstring(path)?;
     let (f, direct) = open_maybe_direct(&c, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600)
         .map_err(|e| backing_err(path, "cannot create the backing file", e))?;
-    std::fs::remove_file(path).map_err(|e| backing_err(path, "cannot unlink the new backing file", e))?;
+    std::fs::remove_file(path)
+        .map_err(|e| backing_err(path, "cannot unlink the new backing file", e))?;
     Ok((f, direct, false))
 }
 
@@ -332,7 +390,11 @@ fn available_bytes(file: &File, block_device: bool, path: &Path) -> Result<u64> 
         // SAFETY: BLKGETSIZE64 writes one u64 to the pointer we pass.
         let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size) };
         if rc != 0 {
-            return Err(backing_err(path, "cannot read the block device's size", io::Error::last_os_error()));
+            return Err(backing_err(
+                path,
+                "cannot read the block device's size",
+                io::Error::last_os_error(),
+            ));
         }
         return Ok(size);
     }
@@ -341,7 +403,11 @@ fn available_bytes(file: &File, block_device: bool, path: &Path) -> Result<u64> 
     // SAFETY: fstatvfs writes into `st`, a valid statvfs.
     let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) };
     if rc != 0 {
-        return Err(backing_err(path, "cannot read the free space", io::Error::last_os_error()));
+        return Err(backing_err(
+            path,
+            "cannot read the free space",
+            io::Error::last_os_error(),
+        ));
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }

@@ -41,7 +41,10 @@ impl SlotAllocator {
             let Some(want) = want else {
                 return Err(self.out_of_space(pages, cur, store));
             };
-            match self.committed.compare_exchange(cur, want, Ordering::AcqRel, Ordering::Acquire) {
+            match self
+                .committed
+                .compare_exchange(cur, want, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => break,
                 Err(actual) => cur = actual,
             }
@@ -50,7 +53,9 @@ impl SlotAllocator {
         if let Err(e) = store.ensure_backed(needed) {
             self.uncommit(pages);
             return Err(match e {
-                Error::Backing { ref source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
+                Error::Backing { ref source, .. }
+                    if source.raw_os_error() == Some(libc::ENOSPC) =>
+                {
                     self.out_of_space(pages, needed - pages, store)
                 }
                 other => other,
@@ -89,7 +94,9 @@ impl SlotAllocator {
             }
             let word = &self.bits[(slot / 64) as usize];
             let bit = 1u64 << (slot % 64);
-            if word.load(Ordering::Relaxed) & bit == 0 && word.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+            if word.load(Ordering::Relaxed) & bit == 0
+                && word.fetch_or(bit, Ordering::AcqRel) & bit == 0
+            {
                 out.push(slot);
             }
             slot += 1;
@@ -111,9 +118,6 @@ impl SlotAllocator {
         }
     }
 
-    pub fn committed(&self) -> u64 {
-        self.committed.load(Ordering::Acquire)
-    }
     pub fn in_use(&self) -> u64 {
         self.in_use.load(Ordering::Relaxed)
     }

@@ -71,7 +71,10 @@ impl Mapping {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(Error::Os { what, source: io::Error::last_os_error() });
+            return Err(Error::Os {
+                what,
+                source: io::Error::last_os_error(),
+            });
         }
         Ok(Mapping {
             // SAFETY: mmap succeeded, so `p` is non-null.
@@ -128,7 +131,10 @@ const MAX_IOV: usize = 1024;
 
 impl Zapper {
     pub fn new() -> Zapper {
-        Zapper { pidfd: Self::own_pidfd_if_batching_works(), ranges: Vec::with_capacity(MAX_IOV) }
+        Zapper {
+            pidfd: Self::own_pidfd_if_batching_works(),
+            ranges: Vec::with_capacity(MAX_IOV),
+        }
     }
 
     fn own_pidfd_if_batching_works() -> Option<OwnedFd> {
@@ -144,7 +150,14 @@ impl Zapper {
         let probe: [libc::iovec; 0] = [];
         // SAFETY: a zero-length iovec array is valid; nothing is touched.
         let rc = unsafe {
-            libc::syscall(libc::SYS_process_madvise, pidfd.as_raw_fd(), probe.as_ptr(), 0usize, libc::MADV_DONTNEED, 0u32)
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd.as_raw_fd(),
+                probe.as_ptr(),
+                0usize,
+                libc::MADV_DONTNEED,
+                0u32,
+            )
         };
         (rc == 0).then_some(pidfd)
     }
@@ -160,7 +173,10 @@ impl Zapper {
         if self.ranges.len() == MAX_IOV {
             self.flush()?;
         }
-        self.ranges.push(libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len });
+        self.ranges.push(libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        });
         Ok(())
     }
 
@@ -226,7 +242,10 @@ impl EventFd {
         // SAFETY: eventfd takes an initial value and flags.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
-            return Err(Error::Os { what: "creating an eventfd", source: io::Error::last_os_error() });
+            return Err(Error::Os {
+                what: "creating an eventfd",
+                source: io::Error::last_os_error(),
+            });
         }
         // SAFETY: `fd` is a fresh descriptor that we now own.
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
@@ -246,8 +265,16 @@ impl EventFd {
 /// Blocks until `fd` is readable or `stop` is signalled. Returns false on stop.
 pub fn wait_readable(fd: i32, stop: &EventFd) -> bool {
     let mut fds = [
-        libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
-        libc::pollfd { fd: stop.raw(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: stop.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
     ];
     loop {
         // SAFETY: `fds` is a valid array of two pollfds.

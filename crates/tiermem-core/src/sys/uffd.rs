@@ -91,7 +91,9 @@ impl Uffd {
 
     fn from_raw(fd: RawFd) -> Uffd {
         // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
-        Uffd { fd: unsafe { OwnedFd::from_raw_fd(fd) } }
+        Uffd {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        }
     }
 
     /// Negotiates the API. Write-protect faults are required for dirty
@@ -116,7 +118,10 @@ impl Uffd {
     /// Registers `[start, start+len)` for missing and write-protect faults.
     pub fn register(&self, start: usize, len: usize) -> Result<()> {
         let mut reg = uapi::uffdio_register {
-            range: uapi::uffdio_range { start: start as u64, len: len as u64 },
+            range: uapi::uffdio_range {
+                start: start as u64,
+                len: len as u64,
+            },
             mode: (uapi::UFFDIO_REGISTER_MODE_MISSING | uapi::UFFDIO_REGISTER_MODE_WP) as u64,
             ioctls: 0,
         };
@@ -138,7 +143,10 @@ impl Uffd {
     }
 
     pub fn unregister(&self, start: usize, len: usize) {
-        let mut range = uapi::uffdio_range { start: start as u64, len: len as u64 };
+        let mut range = uapi::uffdio_range {
+            start: start as u64,
+            len: len as u64,
+        };
         // SAFETY: `range` is a valid uffdio_range; failure only means the
         // range was not registered, which is harmless at teardown.
         unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_UNREGISTER as _, &mut range) };
@@ -179,14 +187,24 @@ impl Uffd {
     /// # Safety
     /// `src` must be readable for `len` bytes; `dst..dst+len` must lie in a
     /// registered range, aligned to the base page size.
-    pub unsafe fn copy(&self, dst: usize, src: *const u8, len: usize, write_protect: bool) -> io::Result<Copied> {
+    pub unsafe fn copy(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        write_protect: bool,
+    ) -> io::Result<Copied> {
         let mut done = 0usize;
         while done < len {
             let mut arg = uapi::uffdio_copy {
                 dst: (dst + done) as u64,
                 src: src.add(done) as u64,
                 len: (len - done) as u64,
-                mode: if write_protect { uapi::UFFDIO_COPY_MODE_WP as u64 } else { 0 },
+                mode: if write_protect {
+                    uapi::UFFDIO_COPY_MODE_WP as u64
+                } else {
+                    0
+                },
                 copy: 0,
             };
             // SAFETY: the caller guarantees `src` and `dst` cover `len` bytes;
@@ -215,7 +233,10 @@ impl Uffd {
     /// the threads waiting on it.
     pub fn write_protect(&self, start: usize, len: usize, protect: bool) -> io::Result<()> {
         let mut arg = uapi::uffdio_writeprotect {
-            range: uapi::uffdio_range { start: start as u64, len: len as u64 },
+            range: uapi::uffdio_range {
+                start: start as u64,
+                len: len as u64,
+            },
             mode: if protect { WRITEPROTECT_MODE_WP } else { 0 },
         };
         loop {
@@ -234,7 +255,10 @@ impl Uffd {
 
     /// Wakes threads waiting on a range whose fault was resolved elsewhere.
     pub fn wake(&self, start: usize, len: usize) {
-        let mut range = uapi::uffdio_range { start: start as u64, len: len as u64 };
+        let mut range = uapi::uffdio_range {
+            start: start as u64,
+            len: len as u64,
+        };
         // SAFETY: `range` is a valid uffdio_range. A failed wake means nobody
         // was waiting, which is fine.
         unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_WAKE as _, &mut range) };

@@ -34,7 +34,11 @@ impl Stamped {
     /// Writes every unit's identity and version 1.
     pub fn stamp(base: *mut u8, len: usize) -> Stamped {
         let units = len / UNIT;
-        let s = Stamped { base, units, expected: (0..units).map(|_| AtomicU64::new(1)).collect() };
+        let s = Stamped {
+            base,
+            units,
+            expected: (0..units).map(|_| AtomicU64::new(1)).collect(),
+        };
         for u in 0..units {
             s.word(u, 0).store(tag(u), Ordering::Relaxed);
             s.word(u, 1).store(1, Ordering::Relaxed);
@@ -72,14 +76,20 @@ impl Stamped {
             if head != tag(u) || tail != tag(u) || version != want {
                 count += 1;
                 if bad.len() < 5 {
-                    bad.push(format!("unit {u}: head {head:#x} tail {tail:#x} version {version} (want {want})"));
+                    bad.push(format!(
+                        "unit {u}: head {head:#x} tail {tail:#x} version {version} (want {want})"
+                    ));
                 }
             }
         }
         if count == 0 {
             Ok(())
         } else {
-            Err(format!("{count} of {} units bad: {}", self.units, bad.join("; ")))
+            Err(format!(
+                "{count} of {} units bad: {}",
+                self.units,
+                bad.join("; ")
+            ))
         }
     }
 }
@@ -93,7 +103,9 @@ pub fn runtime(budget: u64, page_size: usize, policy: PolicyKind) -> Runtime {
         .handler_threads(2)
         .build()
         .expect("valid test config");
-    Runtime::new(config).expect("tiermem runtime (needs userfaultfd: run as root or set vm.unprivileged_userfaultfd=1)")
+    Runtime::new(config).expect(
+        "tiermem runtime (needs userfaultfd: run as root or set vm.unprivileged_userfaultfd=1)",
+    )
 }
 
 /// Resident pages of `[base, base+len)` as the kernel sees them.

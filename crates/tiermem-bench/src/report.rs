@@ -1,0 +1,720 @@
+//! Human-readable rendering of a benchmark run: modes side by side.
+//!
+//! The point of `tiermem bench` is the comparison, so the table puts every
+//! mode in its own column with ratios against the baselines, and separates
+//! the fast and slow halves of the latency distribution: the mean hides a
+//! bimodal hit/fault mix, while the slow-access p50 is the fault ("miss")
+//! latency that can be compared with the raw device latency.
+
+use serde::{Deserialize, Serialize};
+
+use crate::result::{Mode, ModeResult};
+
+/// Reference numbers for the backing device, measured elsewhere (e.g. by
+/// `tiermem-device` or fio), to show how much a fault costs on top of the
+/// device itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceRef {
+    pub qd1_read_latency_us: Option<f64>,
+    pub seq_read_mb_s: Option<f64>,
+    /// Where the numbers come from, printed with them.
+    pub source: String,
+}
+
+/// Percentiles shown in the table, with their row labels.
+const PERCENTILE_ROWS: [(&str, f64); 4] =
+    [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)];
+
+/// Placeholder for a value that does not exist (no samples, no baseline).
+const MISSING: &str = "-";
+
+/// The baselines ratios are taken against, in the order they are reported.
+const BASELINES: [Mode; 2] = [Mode::KernelSwap, Mode::Dram];
+
+/// A mode that did not run: no accesses, and notes saying why.
+fn is_skipped(result: &ModeResult) -> bool {
+    result.accesses == 0 && !result.notes.is_empty()
+}
+
+/// The first result of `mode` that ran and has a usable throughput.
+fn baseline(results: &[ModeResult], mode: Mode) -> Option<&ModeResult> {
+    results
+        .iter()
+        .find(|result| result.mode == mode && !is_skipped(result) && result.pages_per_sec > 0.0)
+}
+
+/// The side-by-side comparison table, followed by device reference, loud
+/// verification failures and per-mode notes.
+pub fn render_table(results: &[ModeResult], device: Option<&DeviceRef>) -> String {
+    let mut table = Table::new(results.iter().map(|result| result.mode.name().to_string()));
+    add_throughput_rows(&mut table, results);
+    add_latency_rows(&mut table, results);
+    add_slow_access_rows(&mut table, results, device);
+    table.add_row("verification", results, verification_cell);
+
+    let mut out = table.render();
+    out.push_str(&device_footnote(device));
+    out.push_str(&verification_alarms(results));
+    out.push_str(&notes_section(results));
+    out
+}
+
+fn add_throughput_rows(table: &mut Table, results: &[ModeResult]) {
+    table.add_row("pages/s", results, |result| {
+        if is_skipped(result) {
+            "skipped".to_string()
+        } else {
+            human_count(result.pages_per_sec)
+        }
+    });
+    for base_mode in BASELINES {
+        if let Some(base) = baseline(results, base_mode) {
+            let label = format!("vs {}", base_mode.name());
+            table.add_row(&label, results, |result| {
+                ran(result, |result| {
+                    ratio_text(result.pages_per_sec / base.pages_per_sec)
+                })
+            });
+        }
+    }
+    table.add_row("accesses", results, |result| {
+        ran(result, |result| group_thousands(result.accesses))
+    });
+    table.add_row("reads/writes", results, |result| {
+        ran(result, |result| {
+            format!(
+                "{}/{}",
+                human_count(result.reads as f64),
+                human_count(result.writes as f64)
+            )
+        })
+    });
+}
+
+fn add_latency_rows(table: &mut Table, results: &[ModeResult]) {
+    table.add_row("mean", results, |result| {
+        with_samples(result, |result| human_ns(result.latency.mean_ns()))
+    });
+    for (label, q) in PERCENTILE_ROWS {
+        table.add_row(label, results, |result| {
+            with_samples(result, |result| {
+                human_ns(result.latency.percentile(q) as f64)
+            })
+        });
+    }
+}
+
+fn add_slow_access_rows(table: &mut Table, results: &[ModeResult], device: Option<&DeviceRef>) {
+    let shared_threshold = shared_slow_threshold(results);
+    let label = match shared_threshold {
+        Some(threshold) => format!("slow (>= {})", human_ns(threshold as f64)),
+        None => "slow accesses".to_string(),
+    };
+    table.add_row(&label, results, |result| {
+        with_samples(result, |result| {
+            let share = slow_share_text(result);
+            match shared_threshold {
+                Some(_) => share,
+                None => format!("{share} (>= {})", human_ns(result.slow_threshold_ns as f64)),
+            }
+        })
+    });
+    table.add_row("slow p50 (miss)", results, |result| {
+        slow_p50_ns(result).map_or(MISSING.to_string(), |ns| human_ns(ns as f64))
+    });
+    if let Some(device_us) = device.and_then(|device| device.qd1_read_latency_us) {
+        table.add_row("slow p50 - dev QD1 read", results, |result| {
+            slow_p50_ns(result).map_or(MISSING.to_string(), |ns| {
+                signed_us(ns as f64 / 1000.0 - device_us)
+            })
+        });
+    }
+}
+
+/// The slow threshold if every mode that ran uses the same one, so it can
+/// go in the row label instead of every cell.
+fn shared_slow_threshold(results: &[ModeResult]) -> Option<u64> {
+    let mut thresholds = results
+        .iter()
+        .filter(|result| !is_skipped(result))
+        .map(|result| result.slow_threshold_ns);
+    let first = thresholds.next()?;
+    thresholds
+        .all(|threshold| threshold == first)
+        .then_some(first)
+}
+
+fn slow_share_text(result: &ModeResult) -> String {
+    let slow = result.latency.count_at_least(result.slow_threshold_ns);
+    percent(slow as f64 / result.latency.count() as f64 * 100.0)
+}
+
+/// Median latency of the slow accesses alone: the fault ("miss") latency.
+fn slow_p50_ns(result: &ModeResult) -> Option<u64> {
+    if is_skipped(result) {
+        return None;
+    }
+    result
+        .latency
+        .percentile_at_least(result.slow_threshold_ns, 50.0)
+}
+
+fn verification_cell(result: &ModeResult) -> String {
+    let verify = &result.verify;
+    if !verify.is_clean() {
+        let first_bad = verify
+            .first_bad_page
+            .map_or("unknown".to_string(), |page| page.to_string());
+        return format!(
+            "FAILED: LOST {}, CORRUPTED {}, first bad page {first_bad}",
+            verify.lost, verify.corrupted
+        );
+    }
+    if is_skipped(result) {
+        MISSING.to_string()
+    } else if verify.pages_checked == 0 {
+        "not verified".to_string()
+    } else {
+        format!("ok: {} pages", group_thousands(verify.pages_checked))
+    }
+}
+
+/// A banner per mode whose pages came back wrong: lost or corrupted data
+/// means the mode is broken, whatever its speed, and must not be missed.
+fn verification_alarms(results: &[ModeResult]) -> String {
+    let mut out = String::new();
+    for result in results.iter().filter(|result| !result.verify.is_clean()) {
+        out.push_str(&format!(
+            "\n!!! DATA VERIFICATION FAILED for {}: {} pages LOST, {} pages CORRUPTED \
+             (of {} checked), first bad page {}. Its numbers are meaningless. !!!\n",
+            result.mode.name(),
+            result.verify.lost,
+            result.verify.corrupted,
+            result.verify.pages_checked,
+            result
+                .verify
+                .first_bad_page
+                .map_or("unknown".to_string(), |page| page.to_string()),
+        ));
+    }
+    out
+}
+
+fn device_footnote(device: Option<&DeviceRef>) -> String {
+    let Some(device) = device else {
+        return String::new();
+    };
+    let mut facts = Vec::new();
+    if let Some(latency_us) = device.qd1_read_latency_us {
+        facts.push(format!("QD1 4k read {}", human_ns(latency_us * 1000.0)));
+    }
+    if let Some(mb_s) = device.seq_read_mb_s {
+        facts.push(format!("sequential read {mb_s:.0} MB/s"));
+    }
+    if facts.is_empty() {
+        return String::new();
+    }
+    let source = if device.source.is_empty() {
+        String::new()
+    } else {
+        format!(" (source: {})", device.source)
+    };
+    format!("\ndevice reference: {}{source}\n", facts.join(", "))
+}
+
+fn notes_section(results: &[ModeResult]) -> String {
+    let mut out = String::new();
+    for result in results.iter().filter(|result| !result.notes.is_empty()) {
+        out.push_str(&format!("\nnotes for {}:\n", result.mode.name()));
+        for note in &result.notes {
+            out.push_str(&format!("  - {note}\n"));
+        }
+    }
+    out
+}
+
+/// `cell(result)` for a mode that ran, the placeholder for a skipped one.
+fn ran(result: &ModeResult, cell: impl Fn(&ModeResult) -> String) -> String {
+    if is_skipped(result) {
+        MISSING.to_string()
+    } else {
+        cell(result)
+    }
+}
+
+/// `cell(result)` for a mode with latency samples, the placeholder otherwise.
+fn with_samples(result: &ModeResult, cell: impl Fn(&ModeResult) -> String) -> String {
+    if is_skipped(result) || result.latency.count() == 0 {
+        MISSING.to_string()
+    } else {
+        cell(result)
+    }
+}
+
+/// A text table: a label column, then one right-aligned column per mode.
+struct Table {
+    header: Vec<String>,
+    rows: Vec<(String, Vec<String>)>,
+}
+
+impl Table {
+    fn new(columns: impl Iterator<Item = String>) -> Self {
+        Table {
+            header: columns.collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn add_row(
+        &mut self,
+        label: &str,
+        results: &[ModeResult],
+        cell: impl Fn(&ModeResult) -> String,
+    ) {
+        self.rows
+            .push((label.to_string(), results.iter().map(cell).collect()));
+    }
+
+    fn render(&self) -> String {
+        let label_width = self
+            .rows
+            .iter()
+            .map(|(label, _)| label.chars().count())
+            .max()
+            .unwrap_or(0);
+        let column_widths: Vec<usize> = (0..self.header.len())
+            .map(|column| self.column_width(column))
+            .collect();
+        let mut out = render_line("", label_width, &self.header, &column_widths);
+        for (label, cells) in &self.rows {
+            out.push_str(&render_line(label, label_width, cells, &column_widths));
+        }
+        out
+    }
+
+    fn column_width(&self, column: usize) -> usize {
+        let cells = self.rows.iter().map(|(_, cells)| &cells[column]);
+        std::iter::once(&self.header[column])
+            .chain(cells)
+            .map(|cell| cell.chars().count())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn render_line(label: &str, label_width: usize, cells: &[String], widths: &[usize]) -> String {
+    let mut line = format!("{label:<label_width$}");
+    for (cell, &width) in cells.iter().zip(widths) {
+        line.push_str(&format!("  {cell:>width$}"));
+    }
+    line.truncate(line.trim_end().len());
+    line.push('\n');
+    line
+}
+
+/// Throughput ratios of each mode against the baselines, for JSON output:
+/// `("tiermem/kernel-swap pages/s", 1.43)`, `("tiermem/dram pages/s", 0.97)`,
+/// `("kernel-swap/dram pages/s", 0.68)`. Dram against kernel-swap is left
+/// out: it is just the inverse of the last one.
+pub fn ratio_summary(results: &[ModeResult]) -> Vec<(String, f64)> {
+    let mut ratios = Vec::new();
+    for result in results.iter().filter(|result| !is_skipped(result)) {
+        for base_mode in BASELINES {
+            let redundant = result.mode == Mode::Dram && base_mode == Mode::KernelSwap;
+            if result.mode == base_mode || redundant {
+                continue;
+            }
+            if let Some(base) = baseline(results, base_mode) {
+                ratios.push((
+                    format!("{}/{} pages/s", result.mode.name(), base_mode.name()),
+                    result.pages_per_sec / base.pages_per_sec,
+                ));
+            }
+        }
+    }
+    ratios
+}
+
+/// Each mode's pmbench-style latency histogram under a heading.
+pub fn render_histograms(results: &[ModeResult]) -> String {
+    let mut out = String::new();
+    for result in results {
+        out.push_str(&format!("== {} latency ==\n", result.mode.name()));
+        if is_skipped(result) {
+            out.push_str("skipped\n");
+        } else {
+            out.push_str(&result.latency.render_pmbench());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A duration in the largest unit (ns, us, ms, s) that keeps it at or above
+/// 1, with 3 significant digits: `87.0ns`, `1.02us`, `45.6ms`. ASCII `us`
+/// keeps output greppable and aligned on any terminal.
+pub fn human_ns(ns: f64) -> String {
+    const UNITS: [(f64, &str); 4] = [(1.0, "ns"), (1e3, "us"), (1e6, "ms"), (1e9, "s")];
+    if !ns.is_finite() {
+        return format!("{ns}");
+    }
+    if ns == 0.0 {
+        return "0ns".to_string();
+    }
+    for (scale, unit) in UNITS {
+        let value = ns / scale;
+        if value.abs() < 999.5 {
+            return format!("{}{unit}", three_significant_digits(value));
+        }
+    }
+    format!("{:.0}s", ns / 1e9)
+}
+
+/// A size in binary units: `512 B`, `256 MiB`, `1.00 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64;
+    for unit in UNITS {
+        value /= 1024.0;
+        if value < 1023.5 || unit == "EiB" {
+            return format!("{} {unit}", three_significant_digits(value));
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// `v` with 3 significant digits for |v| in [1, 1000), without exponent.
+fn three_significant_digits(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude >= 99.95 {
+        format!("{value:.0}")
+    } else if magnitude >= 9.995 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// A throughput ratio: `14.3x`, `1.43x`, `0.715x` (3 significant digits).
+fn ratio_text(ratio: f64) -> String {
+    if ratio < 1.0 {
+        format!("{ratio:.3}x")
+    } else {
+        format!("{}x", three_significant_digits(ratio))
+    }
+}
+
+/// A microsecond difference with an explicit sign: `+12.3us`, `-0.50us`.
+fn signed_us(us: f64) -> String {
+    let sign = if us < 0.0 { "-" } else { "+" };
+    format!("{sign}{}us", three_significant_digits(us.abs()))
+}
+
+/// A count or rate with 3 significant digits and k/M/G suffixes.
+fn human_count(value: f64) -> String {
+    const UNITS: [(f64, &str); 4] = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
+    for (scale, unit) in UNITS {
+        if value >= scale * 0.9995 {
+            return format!("{}{unit}", three_significant_digits(value / scale));
+        }
+    }
+    if value == value.trunc() {
+        format!("{value:.0}")
+    } else {
+        three_significant_digits(value)
+    }
+}
+
+/// Percent with more decimals for small shares, which matter here: 0.1% of
+/// accesses faulting can dominate the run time.
+fn percent(value: f64) -> String {
+    if value == 0.0 {
+        "0%".to_string()
+    } else if value < 0.01 {
+        format!("{value:.4}%")
+    } else if value < 10.0 {
+        format!("{value:.2}%")
+    } else {
+        format!("{value:.1}%")
+    }
+}
+
+/// `1234567` as `1,234,567`.
+fn group_thousands(value: u64) -> String {
+    if value < 1000 {
+        value.to_string()
+    } else {
+        format!("{},{:03}", group_thousands(value / 1000), value % 1000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::histogram::LatencyHistogram;
+    use crate::result::VerifyReport;
+
+    const SLOW_NS: u64 = 10_000;
+
+    /// A run where `fault_percent` of accesses take ~`fault_ns`, the rest 100 ns.
+    fn synthetic(mode: Mode, pages_per_sec: f64, fault_percent: u64, fault_ns: u64) -> ModeResult {
+        let mut latency = LatencyHistogram::new();
+        for i in 0..10_000u64 {
+            latency.record(if i % 100 < fault_percent {
+                fault_ns
+            } else {
+                100
+            });
+        }
+        ModeResult {
+            mode,
+            accesses: 10_000,
+            reads: 7_000,
+            writes: 3_000,
+            elapsed_s: 10_000.0 / pages_per_sec,
+            pages_per_sec,
+            latency,
+            slow_threshold_ns: SLOW_NS,
+            verify: VerifyReport {
+                pages_checked: 4096,
+                ..VerifyReport::default()
+            },
+            counters: BTreeMap::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn skipped(mode: Mode, why: &str) -> ModeResult {
+        ModeResult {
+            accesses: 0,
+            reads: 0,
+            writes: 0,
+            pages_per_sec: 0.0,
+            elapsed_s: 0.0,
+            latency: LatencyHistogram::new(),
+            verify: VerifyReport::default(),
+            notes: vec![why.to_string()],
+            ..synthetic(mode, 1.0, 0, 0)
+        }
+    }
+
+    fn three_modes() -> Vec<ModeResult> {
+        vec![
+            synthetic(Mode::Dram, 2_000_000.0, 0, 0),
+            synthetic(Mode::Tiermem, 1_430_000.0, 5, 50_000),
+            synthetic(Mode::KernelSwap, 1_000_000.0, 10, 90_000),
+        ]
+    }
+
+    fn row<'a>(table: &'a str, label: &str) -> &'a str {
+        table
+            .lines()
+            .find(|line| line.starts_with(label))
+            .unwrap_or_else(|| panic!("no row '{label}' in\n{table}"))
+    }
+
+    #[test]
+    fn table_has_modes_in_order_and_ratios() {
+        let table = render_table(&three_modes(), None);
+        let header = table.lines().next().unwrap();
+        let dram = header.find("dram").unwrap();
+        let tiermem = header.find("tiermem").unwrap();
+        let swap = header.find("kernel-swap").unwrap();
+        assert!(dram < tiermem && tiermem < swap, "{table}");
+        assert!(row(&table, "vs kernel-swap").contains("1.43x"), "{table}");
+        assert!(row(&table, "vs dram").contains("0.715x"), "{table}");
+        assert!(row(&table, "pages/s").contains("1.43M"), "{table}");
+        assert!(row(&table, "accesses").contains("10,000"), "{table}");
+        assert!(
+            row(&table, "reads/writes").contains("7.00k/3.00k"),
+            "{table}"
+        );
+        assert!(
+            row(&table, "verification").contains("ok: 4,096 pages"),
+            "{table}"
+        );
+        assert!(!table.contains("device reference"), "{table}");
+        assert!(!table.contains("FAILED"), "{table}");
+    }
+
+    #[test]
+    fn table_is_aligned() {
+        let table = render_table(&three_modes(), None);
+        let widths: Vec<usize> = table
+            .lines()
+            .take_while(|line| !line.is_empty())
+            .map(|line| line.chars().count())
+            .collect();
+        assert!(widths.iter().all(|&width| width == widths[0]), "{table}");
+    }
+
+    #[test]
+    fn slow_rows_show_share_and_miss_latency() {
+        let table = render_table(&three_modes(), None);
+        let slow = row(&table, "slow (>= 10.0us)");
+        assert!(
+            slow.contains("0%") && slow.contains("5.00%") && slow.contains("10.0%"),
+            "{table}"
+        );
+        let miss = row(&table, "slow p50 (miss)");
+        assert!(
+            miss.contains("50.0us") && miss.contains("88.1us"),
+            "{table}"
+        );
+        assert!(
+            miss.trim_start_matches("slow p50 (miss)").contains(MISSING),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn device_reference_adds_overhead_row() {
+        let device = DeviceRef {
+            qd1_read_latency_us: Some(12.0),
+            seq_read_mb_s: Some(2100.0),
+            source: "fio on /dev/nvme0n1".to_string(),
+        };
+        let table = render_table(&three_modes(), Some(&device));
+        let overhead = row(&table, "slow p50 - dev QD1 read");
+        assert!(overhead.contains("+38."), "{table}");
+        assert!(table.contains("QD1 4k read 12.0us"), "{table}");
+        assert!(table.contains("2100 MB/s"), "{table}");
+        assert!(table.contains("fio on /dev/nvme0n1"), "{table}");
+
+        let no_latency = DeviceRef {
+            qd1_read_latency_us: None,
+            ..device
+        };
+        let table = render_table(&three_modes(), Some(&no_latency));
+        assert!(!table.contains("dev QD1"), "{table}");
+    }
+
+    #[test]
+    fn verification_failure_is_loud() {
+        let mut results = three_modes();
+        results[1].verify = VerifyReport {
+            pages_checked: 4096,
+            lost: 3,
+            corrupted: 2,
+            first_bad_page: Some(17),
+        };
+        let table = render_table(&results, None);
+        assert!(
+            row(&table, "verification").contains("FAILED: LOST 3, CORRUPTED 2, first bad page 17"),
+            "{table}"
+        );
+        assert!(
+            table.contains("!!! DATA VERIFICATION FAILED for tiermem"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn skipped_mode_shows_skipped_and_its_note() {
+        let results = vec![
+            synthetic(Mode::Dram, 2_000_000.0, 0, 0),
+            synthetic(Mode::Tiermem, 1_500_000.0, 5, 50_000),
+            skipped(Mode::KernelSwap, "no swap device configured"),
+        ];
+        let table = render_table(&results, None);
+        assert!(row(&table, "pages/s").ends_with("skipped"), "{table}");
+        assert!(!table.contains("vs kernel-swap"), "{table}");
+        assert!(table.contains("notes for kernel-swap:"), "{table}");
+        assert!(table.contains("no swap device configured"), "{table}");
+        assert_eq!(
+            ratio_summary(&results),
+            vec![("tiermem/dram pages/s".to_string(), 0.75)]
+        );
+        assert!(render_histograms(&results).contains("== kernel-swap latency ==\nskipped"));
+    }
+
+    #[test]
+    fn mixed_thresholds_go_into_cells() {
+        let mut results = three_modes();
+        results[2].slow_threshold_ns = 20_000;
+        let table = render_table(&results, None);
+        assert!(
+            row(&table, "slow accesses").contains("(>= 20.0us)"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn ratio_summary_names_each_pair_once() {
+        let ratios = ratio_summary(&three_modes());
+        let names: Vec<&str> = ratios.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "tiermem/kernel-swap pages/s",
+                "tiermem/dram pages/s",
+                "kernel-swap/dram pages/s",
+            ]
+        );
+        assert!((ratios[0].1 - 1.43).abs() < 1e-9);
+        assert!((ratios[1].1 - 0.715).abs() < 1e-9);
+        assert!((ratios[2].1 - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn histograms_have_headings() {
+        let text = render_histograms(&three_modes());
+        for mode in Mode::ALL {
+            assert!(
+                text.contains(&format!("== {} latency ==", mode.name())),
+                "{text}"
+            );
+        }
+        assert!(text.contains("samples"));
+    }
+
+    #[test]
+    fn human_ns_uses_three_significant_digits() {
+        let cases = [
+            (0.0, "0ns"),
+            (5.0, "5.00ns"),
+            (87.0, "87.0ns"),
+            (999.4, "999ns"),
+            (999.6, "1.00us"),
+            (1024.0, "1.02us"),
+            (45_600_000.0, "45.6ms"),
+            (2.5e9, "2.50s"),
+            (5e12, "5000s"),
+        ];
+        for (ns, text) in cases {
+            assert_eq!(human_ns(ns), text, "{ns}");
+        }
+    }
+
+    #[test]
+    fn human_bytes_uses_binary_units() {
+        let cases = [
+            (0, "0 B"),
+            (512, "512 B"),
+            (1024, "1.00 KiB"),
+            (256 << 20, "256 MiB"),
+            (1 << 30, "1.00 GiB"),
+            (3 << 29, "1.50 GiB"),
+            (u64::MAX, "16.0 EiB"),
+        ];
+        for (bytes, text) in cases {
+            assert_eq!(human_bytes(bytes), text, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn small_helpers() {
+        assert_eq!(group_thousands(0), "0");
+        assert_eq!(group_thousands(999), "999");
+        assert_eq!(group_thousands(1_234_567), "1,234,567");
+        assert_eq!(human_count(860.0), "860");
+        assert_eq!(human_count(999_600.0), "1.00M");
+        assert_eq!(signed_us(-0.5), "-0.50us");
+        assert_eq!(percent(0.001), "0.0010%");
+    }
+}

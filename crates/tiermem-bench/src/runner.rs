@@ -1,0 +1,142 @@
+//! The parent side of `tiermem bench`: one worker process per mode, in
+//! order, each result collected from the worker's JSON events.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::kernel_swap::{SandboxSpec, SwapSandbox};
+use crate::result::{Mode, ModeResult, VerifyReport};
+use crate::worker::{WorkerEvent, WorkloadSpec};
+
+/// A whole benchmark run.
+#[derive(Clone, Debug)]
+pub struct BenchPlan {
+    pub workload: WorkloadSpec,
+    pub modes: Vec<Mode>,
+    /// The tiermem configuration (budget, backing, policy...).
+    pub tiermem: tiermem_core::Config,
+    /// The worker executable and the arguments before `<mode> <spec>`.
+    pub worker: (PathBuf, Vec<String>),
+}
+
+/// Runs every mode of the plan. A mode that cannot run yields a result with
+/// no accesses and a note saying why.
+pub fn run_plan(plan: &BenchPlan, progress: &mut dyn FnMut(Mode, &str, f64)) -> Vec<ModeResult> {
+    plan.modes
+        .iter()
+        .map(|&mode| {
+            run_mode(plan, mode, progress).unwrap_or_else(|e| skipped(mode, format!("{e:#}")))
+        })
+        .collect()
+}
+
+pub fn skipped(mode: Mode, why: String) -> ModeResult {
+    ModeResult {
+        mode,
+        accesses: 0,
+        reads: 0,
+        writes: 0,
+        elapsed_s: 0.0,
+        pages_per_sec: 0.0,
+        latency: Default::default(),
+        slow_threshold_ns: crate::worker::SLOW_THRESHOLD_NS,
+        verify: VerifyReport::default(),
+        counters: Default::default(),
+        notes: vec![format!("skipped: {why}")],
+    }
+}
+
+fn run_mode(
+    plan: &BenchPlan,
+    mode: Mode,
+    progress: &mut dyn FnMut(Mode, &str, f64),
+) -> anyhow::Result<ModeResult> {
+    let (exe, args) = &plan.worker;
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .arg(mode.name())
+        .arg(serde_json::to_string(&plan.workload)?)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let mut sandbox = None;
+    match mode {
+        Mode::Tiermem => {
+            cmd.envs(plan.tiermem.to_env());
+        }
+        Mode::KernelSwap => {
+            SwapSandbox::availability().map_err(|why| anyhow::anyhow!(why))?;
+            let swap_dir = swap_dir_for(&plan.tiermem.backing);
+            let spec = SandboxSpec {
+                memory_limit_bytes: plan.tiermem.dram_budget,
+                // Room for the whole working set plus the stamp table.
+                swap_bytes: plan.workload.working_set_bytes
+                    + plan.workload.working_set_bytes / 8
+                    + (256 << 20),
+                swap_dir,
+            };
+            let sb = SwapSandbox::create(&spec)?;
+            sb.configure_command(&mut cmd);
+            sandbox = Some(sb);
+        }
+        Mode::Dram => {}
+    }
+    let mut child = cmd.spawn()?;
+    if let Some(sb) = &mut sandbox {
+        sb.adopt_child(child.id() as i32);
+    }
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("worker has no stdout"))?;
+    let mut result = None;
+    let mut failure = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        match serde_json::from_str::<WorkerEvent>(&line) {
+            Ok(WorkerEvent::Progress { phase, done }) => progress(mode, &phase, done),
+            Ok(WorkerEvent::Result(r)) => result = Some(*r),
+            Ok(WorkerEvent::Failed { message }) => failure = Some(message),
+            Err(_) => {}
+        }
+    }
+    let status = child.wait()?;
+    let mut result = match (result, failure) {
+        (Some(r), _) => r,
+        (None, Some(msg)) => anyhow::bail!("{msg}"),
+        (None, None) => anyhow::bail!("the worker died without a result ({status})"),
+    };
+    if let Some(mut sb) = sandbox {
+        if let Ok(stats) = sb.stats() {
+            result
+                .counters
+                .insert("cgroup_pgmajfault".into(), stats.pgmajfault as f64);
+            result
+                .counters
+                .insert("cgroup_pgfault".into(), stats.pgfault as f64);
+            result.counters.insert(
+                "cgroup_max_usage_bytes".into(),
+                stats.max_usage_bytes as f64,
+            );
+            if let Some(v) = stats.pswpin {
+                result.counters.insert("pswpin".into(), v as f64);
+            }
+            if let Some(v) = stats.pswpout {
+                result.counters.insert("pswpout".into(), v as f64);
+            }
+        }
+        sb.cleanup()?;
+    }
+    Ok(result)
+}
+
+/// Swap lives on the same filesystem as tiermem's backing file.
+fn swap_dir_for(backing: &std::path::Path) -> PathBuf {
+    if backing.is_dir() {
+        backing.to_path_buf()
+    } else {
+        backing
+            .parent()
+            .map_or_else(|| PathBuf::from("/var/tmp"), |p| p.to_path_buf())
+    }
+}

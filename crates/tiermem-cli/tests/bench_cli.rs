@@ -1,0 +1,167 @@
+//! `tiermem bench` run for real: all modes, JSON output, verification, and
+//! cleanup of kernel-swap mode on Ctrl-C.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tiermem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tiermem"))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn our_swapfiles(pid: u32) -> Vec<String> {
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    swaps
+        .lines()
+        .filter(|l| l.contains(&format!(".tiermem-swap-{pid}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+fn our_cgroups(pid: u32) -> Vec<String> {
+    std::fs::read_dir("/sys/fs/cgroup/memory")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("tiermem-bench-{pid}-")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn bench_runs_every_mode_and_verifies_every_page() {
+    let out = tiermem()
+        .args([
+            "bench",
+            "--working-set",
+            "96M",
+            "--dram",
+            "24M",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.2",
+        ])
+        .args([
+            "--threads",
+            "2",
+            "--pattern",
+            "zipf:0.9",
+            "--json",
+            "--no-device-check",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints only JSON");
+    let results = json["results"].as_array().unwrap();
+    let expected_modes = if is_root() { 3 } else { 2 };
+    let ran: Vec<&serde_json::Value> = results
+        .iter()
+        .filter(|r| r["accesses"].as_u64().unwrap_or(0) > 0)
+        .collect();
+    assert_eq!(ran.len(), expected_modes, "modes that ran: {stdout}");
+    for r in ran {
+        let v = &r["verify"];
+        assert_eq!(v["pages_checked"].as_u64(), Some(96 * 256), "{v}");
+        assert_eq!(v["lost"].as_u64(), Some(0), "{}: {v}", r["mode"]);
+        assert_eq!(v["corrupted"].as_u64(), Some(0), "{}: {v}", r["mode"]);
+    }
+    let tm = results.iter().find(|r| r["mode"] == "tiermem").unwrap();
+    assert!(
+        tm["counters"]["page_outs"].as_f64().unwrap() > 0.0,
+        "tiermem must have paged: {tm}"
+    );
+    assert!(
+        json["ratios"].as_object().is_some_and(|m| !m.is_empty()),
+        "ratios missing"
+    );
+}
+
+#[test]
+fn bad_flags_are_refused_clearly() {
+    let out = tiermem()
+        .args(["bench", "--dram", "lots"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--dram") && err.contains("lots") && err.contains("256M"),
+        "{err}"
+    );
+    let out = tiermem()
+        .args(["bench", "--pattern", "zipf:abc"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected uniform"));
+}
+
+#[test]
+fn ctrl_c_during_kernel_swap_mode_removes_swap_and_cgroup() {
+    if !is_root() || !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        eprintln!("skipped: needs root and the cgroup v1 memory controller");
+        return;
+    }
+    let mut child = tiermem()
+        .args([
+            "bench",
+            "--modes",
+            "kernel-swap",
+            "--working-set",
+            "128M",
+            "--dram",
+            "32M",
+            "--duration",
+            "60",
+        ])
+        .args(["--no-device-check", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while our_swapfiles(pid).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !our_swapfiles(pid).is_empty(),
+        "kernel-swap mode never enabled its swapfile"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: sending SIGINT to our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "bench should stop on SIGINT");
+    assert!(
+        our_swapfiles(pid).is_empty(),
+        "swapfile still active after Ctrl-C: {:?}",
+        our_swapfiles(pid)
+    );
+    assert!(
+        our_cgroups(pid).is_empty(),
+        "cgroup left after Ctrl-C: {:?}",
+        our_cgroups(pid)
+    );
+    let leftovers: Vec<_> = std::fs::read_dir("/var/tmp")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!(".tiermem-swap-{pid}-"))
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "swapfile not deleted");
+}
