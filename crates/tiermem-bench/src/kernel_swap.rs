@@ -54,6 +54,14 @@ struct Resources {
 static LIVE: Mutex<Vec<Resources>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 static SIGNALS: Once = Once::new();
+/// Held for a whole teardown, so the signal thread and the main thread never
+/// tear down at once, and the process never exits halfway through one.
+static TEARDOWN: Mutex<()> = Mutex::new(());
+
+/// Waits until no teardown is in progress. Call before exiting the process.
+pub fn wait_for_cleanup() {
+    drop(TEARDOWN.lock().unwrap_or_else(|p| p.into_inner()));
+}
 
 pub struct SwapSandbox {
     res: Resources,
@@ -277,6 +285,11 @@ fn write_file(path: &Path, value: &str) -> anyhow::Result<()> {
 
 /// Kills children, swapoff, unlink, rmdir: every step runs, errors collected.
 fn teardown(res: &Resources) -> anyhow::Result<()> {
+    let _serialized = TEARDOWN.lock().unwrap_or_else(|p| p.into_inner());
+    teardown_locked(res)
+}
+
+fn teardown_locked(res: &Resources) -> anyhow::Result<()> {
     let mut errors = Vec::new();
     for &pid in &res.children {
         // SAFETY: signalling and reaping a child we spawned.
@@ -334,9 +347,10 @@ fn install_signal_cleanup() {
         };
         std::thread::spawn(move || {
             if let Some(sig) = signals.forever().next() {
+                let _serialized = TEARDOWN.lock().unwrap_or_else(|p| p.into_inner());
                 let live: Vec<Resources> = lock().drain(..).collect();
                 for res in &live {
-                    if let Err(e) = teardown(res) {
+                    if let Err(e) = teardown_locked(res) {
                         eprintln!("tiermem bench: cleanup after signal: {e:#}");
                     }
                 }

@@ -19,12 +19,21 @@ fn library_dir() -> PathBuf {
     let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
     let release = dir.file_name().is_some_and(|n| n == "release");
     let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-p", "tiermem-capi"]).current_dir(repo_root());
+    cargo
+        .args(["build", "-p", "tiermem-capi"])
+        .current_dir(repo_root());
     if release {
         cargo.arg("--release");
     }
-    assert!(cargo.status().unwrap().success(), "building libtiermem.so failed");
-    assert!(dir.join("libtiermem.so").exists(), "libtiermem.so not built in {}", dir.display());
+    assert!(
+        cargo.status().unwrap().success(),
+        "building libtiermem.so failed"
+    );
+    assert!(
+        dir.join("libtiermem.so").exists(),
+        "libtiermem.so not built in {}",
+        dir.display()
+    );
     dir
 }
 

@@ -38,5 +38,7 @@ fn main() {
         },
         Command::BenchWorker { mode, spec } => bench_cmd::worker(&mode, &spec),
     };
+    // A Ctrl-C may be tearing down kernel-swap mode right now: let it finish.
+    tiermem_bench::kernel_swap::wait_for_cleanup();
     std::process::exit(code);
 }

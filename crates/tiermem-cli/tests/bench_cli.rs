@@ -104,7 +104,12 @@ fn bad_flags_are_refused_clearly() {
         .args(["bench", "--pattern", "zipf:abc"])
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("expected uniform"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("zipf:abc") && err.contains("uniform") && err.contains("sequential"),
+        "the value and the accepted forms must be named: {err}"
+    );
 }
 
 #[test]
