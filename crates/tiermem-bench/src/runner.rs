@@ -82,7 +82,7 @@ fn run_mode(
         Mode::Dram => {}
     }
     let mut child = cmd.spawn()?;
-    if let Some(sb) = &mut sandbox {
+    if let Some(sb) = &sandbox {
         sb.adopt_child(child.id() as i32);
     }
     let stdout = child
@@ -107,6 +107,7 @@ fn run_mode(
         (None, None) => anyhow::bail!("the worker died without a result ({status})"),
     };
     if let Some(mut sb) = sandbox {
+        result.notes.extend(sb.warnings().iter().cloned());
         if let Ok(stats) = sb.stats() {
             result
                 .counters
