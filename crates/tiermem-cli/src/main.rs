@@ -1,6 +1,7 @@
 //! `tiermem`: the command-line front end.
 
 mod bench_cmd;
+mod device_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +19,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Bench(bench_cmd::BenchArgs),
+    Device(device_cmd::DeviceArgs),
     /// Internal: one benchmark worker process (used by `tiermem bench`).
     #[command(name = "__bench-worker", hide = true)]
     BenchWorker {
@@ -33,6 +35,13 @@ fn main() {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("tiermem bench: {e:#}");
+                1
+            }
+        },
+        Command::Device(args) => match device_cmd::run(&args) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("tiermem device: {e:#}");
                 1
             }
         },
