@@ -42,27 +42,19 @@ pub(crate) fn handler_loop(rt: &Shared) {
         Ok(m) => m,
         Err(e) => rt.fatal(&format!("{e}")),
     };
-    // After serving a fault, poll the fd for a short while before sleeping:
-    // a faulting thread's next miss usually follows within microseconds, and
-    // waking a sleeping handler costs more than the spin.
-    let mut spin_until = 0;
     while !rt.stopping() {
+        if !wait_readable(rt.uffd.raw(), &rt.stop_event) {
+            break;
+        }
         match rt.uffd.read_faults(&mut raw, &mut faults) {
-            Ok(()) => {
-                for fault in &faults {
-                    serve(rt, fault, &io_buffer);
-                }
-                spin_until = now_ns() + rt.spin_ns;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if now_ns() < spin_until {
-                    std::hint::spin_loop();
-                } else if !wait_readable(rt.uffd.raw(), &rt.stop_event) {
-                    break;
-                }
-            }
+            Ok(()) => {}
+            // Another handler thread took these faults.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => rt.fatal(&format!("reading userfaultfd events failed: {e}")),
+        }
+        for fault in &faults {
+            serve(rt, fault, &io_buffer);
         }
     }
 }

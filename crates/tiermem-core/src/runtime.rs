@@ -40,8 +40,6 @@ pub(crate) struct Shared {
     pub frames: FramePool,
     pub zero_page: Mapping,
     pub counters: Counters,
-    /// How long a handler polls for the next fault before sleeping.
-    pub spin_ns: u64,
     pub fault_latency: LatencyHistogram,
     pub ranges: Mutex<RangeAllocator>,
     stop: AtomicBool,
@@ -226,7 +224,6 @@ impl Runtime {
             frames,
             zero_page: Mapping::reserve_aligned(page_size, page_size, "allocating the zero page")?,
             counters: Counters::default(),
-            spin_ns: handler_spin_ns(),
             fault_latency: LatencyHistogram::default(),
             ranges: Mutex::new(RangeAllocator::new(arena_pages)),
             stop: AtomicBool::new(false),
@@ -521,15 +518,6 @@ fn pin_to_cpu(cpu: usize) {
         libc::CPU_SET(cpu, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
-}
-
-/// Handler spin before sleeping: `TIERMEM_SPIN_US` (default 0: measured no gain on a 2-vCPU VM).
-fn handler_spin_ns() -> u64 {
-    std::env::var("TIERMEM_SPIN_US")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1000
 }
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
