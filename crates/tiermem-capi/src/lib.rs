@@ -12,6 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tiermem_core::{global, Config, Error, Runtime, Stats};
 
+mod preload;
+
+/// Everything the library allocates for itself comes from glibc directly,
+/// never through the (possibly interposed) `malloc` symbol.
+#[global_allocator]
+static LIBC_HEAP: preload::libc_heap::LibcHeap = preload::libc_heap::LibcHeap;
+
 #[repr(C)]
 pub struct TmConfig {
     pub dram_budget: u64,

@@ -254,6 +254,9 @@ impl<'a> Evictor<'a> {
         rt.table.finish(page, PageState::FREE.with_kind(Kind::Zero));
         rt.frames.release(frame);
         rt.budget.uncharge(1);
+        if rt.is_lazy(page) {
+            rt.slots.uncommit(1);
+        }
         Counters::add(&rt.counters.zero_drops, 1);
     }
 

@@ -80,7 +80,13 @@ fn serve(rt: &Shared, fault: &Fault, io_buffer: &Mapping) {
 fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault, io_buffer: &Mapping) {
     loop {
         let state = rt.table.load(page);
-        match state.kind() {
+        // The lazily committed zone is not pre-marked (it can span terabytes):
+        // there, a page outside any allocation reads as zeros.
+        let kind = match state.kind() {
+            Kind::Free if rt.is_lazy(page) => Kind::Zero,
+            kind => kind,
+        };
+        match kind {
             Kind::Zero | Kind::Stored => {
                 rt.charge_one_page();
                 if !rt
@@ -90,7 +96,10 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault, io_buffer: &Mapping
                     rt.budget.uncharge(1);
                     continue;
                 }
-                if state.kind() == Kind::Zero {
+                if kind == Kind::Zero {
+                    if rt.is_lazy(page) {
+                        rt.commit_lazy_page(page);
+                    }
                     install_zeros(rt, page);
                 } else {
                     page_in(rt, page, state, fault.write, io_buffer);

@@ -28,9 +28,10 @@ mod runtime;
 mod stats;
 mod store;
 pub mod sys;
+mod transparent;
 
 pub use buffer::TieredBuf;
 pub use config::{parse_size, Config, ConfigBuilder, PolicyKind, SizeSpec};
 pub use error::{Error, Result};
-pub use runtime::Runtime;
+pub use runtime::{set_thread_start_hook, Runtime};
 pub use stats::{LatencySummary, Stats};

@@ -4,26 +4,36 @@
 //! limits (UMap fails beyond ~950 regions), so the arena is registered once
 //! and this first-fit allocator hands out page ranges inside it. It is not
 //! on the fault path.
+//!
+//! An allocator manages one zone of the arena, `[base, base+pages)`. Besides
+//! whole allocations it supports what `munmap`/`mremap`/`MAP_FIXED` need in
+//! transparent mode: releasing any sub-range of live allocations (which
+//! splits them) and claiming a given free range.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 #[derive(Debug)]
 pub struct RangeAllocator {
     /// start page -> length in pages, for free ranges (coalesced).
     free: BTreeMap<u64, u64>,
     /// start page -> length in pages, for live allocations.
-    live: HashMap<u64, u64>,
+    live: BTreeMap<u64, u64>,
 }
 
 impl RangeAllocator {
     pub fn new(pages: u64) -> RangeAllocator {
+        Self::zone(0, pages)
+    }
+
+    /// An allocator for the pages `[base, base+pages)`.
+    pub fn zone(base: u64, pages: u64) -> RangeAllocator {
         let mut free = BTreeMap::new();
         if pages > 0 {
-            free.insert(0, pages);
+            free.insert(base, pages);
         }
         RangeAllocator {
             free,
-            live: HashMap::new(),
+            live: BTreeMap::new(),
         }
     }
 
@@ -41,10 +51,74 @@ impl RangeAllocator {
         self.live.get(&start).copied()
     }
 
+    /// The live allocation holding `page`, as (start, length).
+    pub fn containing(&self, page: u64) -> Option<(u64, u64)> {
+        let (&start, &len) = self.live.range(..=page).next_back()?;
+        (page < start + len).then_some((start, len))
+    }
+
     /// Ends a live allocation; the caller returns its pages with [`Self::give_back`]
     /// once they are clean, so no new allocation sees stale pages.
     pub fn take(&mut self, start: u64) -> Option<u64> {
         self.live.remove(&start)
+    }
+
+    /// Ends whatever live allocations cover `[start, start+pages)`, splitting
+    /// those that stick out. Returns the live sub-ranges it removed; the
+    /// caller cleans them and hands them to [`Self::give_back`].
+    pub fn take_range(&mut self, start: u64, pages: u64) -> Vec<(u64, u64)> {
+        let end = start + pages;
+        let mut taken = Vec::new();
+        let first = self.containing(start).map_or(start, |(s, _)| s);
+        let overlapping: Vec<(u64, u64)> =
+            self.live.range(first..end).map(|(&s, &l)| (s, l)).collect();
+        for (s, l) in overlapping {
+            let e = s + l;
+            let (cut_s, cut_e) = (s.max(start), e.min(end));
+            if cut_s >= cut_e {
+                continue;
+            }
+            self.live.remove(&s);
+            if s < cut_s {
+                self.live.insert(s, cut_s - s);
+            }
+            if cut_e < e {
+                self.live.insert(cut_e, e - cut_e);
+            }
+            taken.push((cut_s, cut_e - cut_s));
+        }
+        taken
+    }
+
+    /// Makes the free pages of `[start, start+pages)` live, as one or more
+    /// allocations (live pages inside stay as they are). Returns the newly
+    /// claimed sub-ranges.
+    pub fn claim(&mut self, start: u64, pages: u64) -> Vec<(u64, u64)> {
+        let end = start + pages;
+        let mut claimed = Vec::new();
+        let first = match self.free.range(..=start).next_back() {
+            Some((&s, &l)) if s + l > start => s,
+            _ => start,
+        };
+        let overlapping: Vec<(u64, u64)> =
+            self.free.range(first..end).map(|(&s, &l)| (s, l)).collect();
+        for (s, l) in overlapping {
+            let e = s + l;
+            let (cut_s, cut_e) = (s.max(start), e.min(end));
+            if cut_s >= cut_e {
+                continue;
+            }
+            self.free.remove(&s);
+            if s < cut_s {
+                self.free.insert(s, cut_s - s);
+            }
+            if cut_e < e {
+                self.free.insert(cut_e, e - cut_e);
+            }
+            self.live.insert(cut_s, cut_e - cut_s);
+            claimed.push((cut_s, cut_e - cut_s));
+        }
+        claimed
     }
 
     pub fn give_back(&mut self, start: u64, pages: u64) {
@@ -118,5 +192,39 @@ mod tests {
             r.give_back(s, len);
         }
         assert_eq!(r.alloc(100), Some(0), "everything coalesced back");
+    }
+
+    #[test]
+    fn taking_a_sub_range_splits_allocations() {
+        let mut r = RangeAllocator::zone(1000, 100);
+        let a = r.alloc(10).unwrap();
+        let b = r.alloc(10).unwrap();
+        assert_eq!((a, b), (1000, 1010));
+        // Trim the head of `a`, the middle of both, and nothing outside.
+        assert_eq!(r.take_range(995, 7), vec![(1000, 2)]);
+        assert_eq!(r.take_range(1008, 4), vec![(1008, 2), (1010, 2)]);
+        assert_eq!(r.containing(1002), Some((1002, 6)));
+        assert_eq!(r.containing(1013), Some((1012, 8)));
+        assert_eq!(r.containing(1009), None);
+        assert_eq!(r.live_pages(), 14);
+        for (s, l) in [(1000, 2), (1008, 2), (1010, 2)] {
+            r.give_back(s, l);
+        }
+        assert_eq!(r.take_range(1000, 20), vec![(1002, 6), (1012, 8)]);
+        r.give_back(1002, 6);
+        r.give_back(1012, 8);
+        assert_eq!(r.alloc(100), Some(1000), "everything coalesced back");
+    }
+
+    #[test]
+    fn claiming_takes_only_free_pages() {
+        let mut r = RangeAllocator::zone(0, 100);
+        let a = r.alloc(10).unwrap();
+        assert_eq!(r.claim(5, 10), vec![(10, 5)]);
+        assert_eq!(r.containing(12), Some((10, 5)));
+        assert_eq!(r.alloc(1), Some(15), "claimed pages are not handed out");
+        assert_eq!(r.claim(50, 50), vec![(50, 50)]);
+        assert_eq!(r.alloc(40), None);
+        let _ = a;
     }
 }

@@ -3,8 +3,7 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::budget::Budget;
@@ -20,6 +19,7 @@ use crate::stats::{Counters, LatencyHistogram, Stats};
 use crate::store::{FileStore, SlotAllocator, Store};
 use crate::sys::base_page_size;
 use crate::sys::mem::{zap, EventFd, Mapping};
+use crate::sys::thread::{self, Thread};
 use crate::sys::uffd::{Fault, Uffd};
 
 /// Most address space one arena reserves (it costs page tables only when used).
@@ -42,6 +42,12 @@ pub(crate) struct Shared {
     pub counters: Counters,
     pub fault_latency: LatencyHistogram,
     pub ranges: Mutex<RangeAllocator>,
+    /// The lazily committed zone at the top of the arena (transparent mode:
+    /// the malloc arena and interposed mmaps). Its pages take a slot
+    /// commitment on first touch, like the kernel's overcommit, instead of
+    /// at allocation.
+    pub lazy: Mutex<RangeAllocator>,
+    pub lazy_start: PageNo,
     stop: AtomicBool,
     pub stop_event: EventFd,
     evictor_wake: (Mutex<bool>, Condvar),
@@ -63,6 +69,22 @@ impl Shared {
     #[inline]
     pub fn page_addr(&self, page: PageNo) -> usize {
         self.arena.addr() + page as usize * self.page_size
+    }
+
+    /// Whether `page` lies in the lazily committed zone.
+    #[inline]
+    pub fn is_lazy(&self, page: PageNo) -> bool {
+        page >= self.lazy_start
+    }
+
+    /// Commits a slot for the first touch of a lazily committed page. Running
+    /// out here cannot be reported to the program, so it stops loudly.
+    pub fn commit_lazy_page(&self, page: PageNo) {
+        if let Err(e) = self.slots.commit(1, self.store.as_ref()) {
+            self.fatal(&format!(
+                "page {page} was touched for the first time but the backing store is full ({e}); give tiermem a larger --backing"
+            ));
+        }
     }
 
     /// Charges a page against the budget, waiting for the evictor if DRAM is full.
@@ -166,7 +188,7 @@ impl Shared {
 /// DRAM and backed by its store.
 pub struct Runtime {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<Thread>,
 }
 
 impl Runtime {
@@ -202,15 +224,14 @@ impl Runtime {
         let uffd = Uffd::open()?;
         uffd.handshake()?;
         let capacity = store.capacity_slots();
-        let arena_pages = capacity
-            .saturating_mul(2)
-            .min(MAX_PAGES)
-            .min(MAX_ARENA_BYTES / page_size as u64);
+        let arena_pages = MAX_PAGES.min(MAX_ARENA_BYTES / page_size as u64);
+        let strict_pages = capacity.saturating_mul(2).min(arena_pages / 2);
+        let lazy_pages = arena_pages - strict_pages;
         let arena_len = arena_pages as usize * page_size;
         let arena = Mapping::reserve_aligned(arena_len, page_size, "reserving the tiered arena")?;
         // Transparent huge pages would map memory behind userfaultfd's back.
         // SAFETY: advice on our own fresh mapping.
-        unsafe { libc::madvise(arena.as_ptr().cast(), arena_len, libc::MADV_NOHUGEPAGE) };
+        let _ = unsafe { crate::sys::raw::madvise(arena.addr(), arena_len, libc::MADV_NOHUGEPAGE) };
         uffd.register(arena.addr(), arena_len)?;
         let budget_pages = config.budget_pages();
         let frames = FramePool::new(frame_capacity(page_size, config.handler_threads), page_size)?;
@@ -225,7 +246,9 @@ impl Runtime {
             zero_page: Mapping::reserve_aligned(page_size, page_size, "allocating the zero page")?,
             counters: Counters::default(),
             fault_latency: LatencyHistogram::default(),
-            ranges: Mutex::new(RangeAllocator::new(arena_pages)),
+            ranges: Mutex::new(RangeAllocator::new(strict_pages)),
+            lazy: Mutex::new(RangeAllocator::zone(strict_pages, lazy_pages)),
+            lazy_start: strict_pages as PageNo,
             stop: AtomicBool::new(false),
             stop_event: EventFd::new()?,
             evictor_wake: (Mutex::new(false), Condvar::new()),
@@ -276,7 +299,7 @@ impl Runtime {
         Ok(unsafe { NonNull::new_unchecked(ptr) })
     }
 
-    fn mark_zero(&self, start: u64, pages: u64) {
+    pub(crate) fn mark_zero(&self, start: u64, pages: u64) {
         for p in start..start + pages {
             self.shared.table.update(p as PageNo, |s| {
                 PageState::FREE
@@ -302,7 +325,7 @@ impl Runtime {
         let Some(pages) = pages else {
             return Err(Error::UnknownPointer(ptr.as_ptr() as usize));
         };
-        self.release_pages(start, pages);
+        self.release_pages(start, pages, Kind::Free);
         rt.ranges
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -319,21 +342,27 @@ impl Runtime {
         }
     }
 
-    /// Returns pages to `Free`, releasing DRAM, frames and slots, then
-    /// unmaps whatever was resident.
-    fn release_pages(&self, start: u64, pages: u64) {
+    /// Returns pages to `to` (`Free`, or `Zero` for a discard), releasing
+    /// DRAM, frames and slots, then unmaps whatever was resident. Pages that
+    /// are `Free` stay so. Returns how many pages held data (neither `Zero`
+    /// nor `Free`): the commitments a lazily committed zone gives back.
+    pub(crate) fn release_pages(&self, start: u64, pages: u64, to: Kind) -> u64 {
         let rt = &self.shared;
+        let mut held_data = 0;
         for p in start..start + pages {
             let page = p as PageNo;
             loop {
                 let s = rt.table.load(page);
-                let freed = PageState::FREE.with_queued(s.is_queued());
+                let freed = PageState::FREE.with_queued(s.is_queued()).with_kind(to);
                 match s.kind() {
                     Kind::Loading | Kind::Evicting => backoff(),
                     Kind::Free => break,
                     kind => {
                         if !rt.table.transition(page, s, freed) {
                             continue;
+                        }
+                        if kind != Kind::Zero {
+                            held_data += 1;
                         }
                         if matches!(kind, Kind::Resident | Kind::Probation) {
                             rt.budget.uncharge(1);
@@ -353,6 +382,7 @@ impl Runtime {
         if let Err(e) = zap(addr, pages as usize * rt.page_size) {
             rt.fatal(&format!("unmapping freed tiered memory failed: {e}"));
         }
+        held_data
     }
 
     /// Resizes an allocation, preserving its contents up to the smaller size.
@@ -408,7 +438,7 @@ impl Runtime {
             .unwrap_or_else(|p| p.into_inner())
             .shrink(start, new_pages);
         let tail = old_pages - new_pages;
-        self.release_pages(start + new_pages, tail);
+        self.release_pages(start + new_pages, tail, Kind::Free);
         rt.ranges
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -449,6 +479,10 @@ impl Runtime {
         Ok(())
     }
 
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     pub fn stats(&self) -> Stats {
         let rt = &self.shared;
         let page = rt.page_size as u64;
@@ -458,7 +492,11 @@ impl Runtime {
             .ranges
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .live_pages();
+            .live_pages()
+            + rt.lazy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .live_pages();
         s.resident_bytes = rt.budget.charged() * page;
         s.peak_resident_bytes = rt.budget.peak() * page;
         s.budget_bytes = rt.budget.limit() * page;
@@ -489,7 +527,7 @@ impl Drop for Runtime {
         rt.stop_event.signal();
         rt.kick_evictor();
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            t.join();
         }
         rt.uffd.unregister(rt.arena.addr(), rt.arena.len());
     }
@@ -520,12 +558,23 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
-fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(name)
-        .stack_size(256 << 10)
-        .spawn(f)
-        .map_err(Error::os("starting a tiermem thread"))
+static THREAD_START_HOOK: OnceLock<fn()> = OnceLock::new();
+
+/// Registers a function every runtime thread (fault handlers, evictor) runs
+/// first. Transparent mode uses it to mark those threads so that anything
+/// they allocate comes from plain memory, never from tiered memory they
+/// would have to fault in themselves.
+pub fn set_thread_start_hook(hook: fn()) {
+    let _ = THREAD_START_HOOK.set(hook);
+}
+
+pub(crate) fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<Thread> {
+    thread::spawn(
+        name,
+        256 << 10,
+        THREAD_START_HOOK.get().copied(),
+        Box::new(f),
+    )
 }
 
 /// Frames for probation at the largest sensible budget (all of RAM) plus

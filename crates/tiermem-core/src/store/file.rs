@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::{SlotWrite, Store, StoreInfo};
@@ -28,7 +28,10 @@ pub struct FileStore {
     path: PathBuf,
     page_size: usize,
     capacity_slots: u64,
-    backed_slots: Mutex<u64>,
+    /// Slots backed by preallocated space; read on the fault path (lazily
+    /// committed pages), so the common case is one atomic load.
+    backed_slots: AtomicU64,
+    grow_lock: Mutex<()>,
     direct_io: bool,
     block_device: bool,
     warned: AtomicBool,
@@ -80,7 +83,8 @@ impl FileStore {
             path: path.to_path_buf(),
             page_size,
             capacity_slots,
-            backed_slots: Mutex::new(backed),
+            backed_slots: AtomicU64::new(backed),
+            grow_lock: Mutex::new(()),
             direct_io,
             block_device,
             warned: AtomicBool::new(false),
@@ -206,8 +210,11 @@ impl Store for FileStore {
     }
 
     fn ensure_backed(&self, slots: u64) -> Result<()> {
-        let mut backed = self.backed_slots.lock().unwrap_or_else(|p| p.into_inner());
-        if slots <= *backed {
+        if slots <= self.backed_slots.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _grow = self.grow_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if slots <= self.backed_slots.load(Ordering::Acquire) {
             return Ok(());
         }
         let page = self.page_size as u64;
@@ -215,12 +222,12 @@ impl Store for FileStore {
         let want = want.min(self.capacity_slots * page).max(slots * page);
         self.grow_to(want)
             .map_err(|e| backing_err(&self.path, "growing the backing file", e))?;
-        *backed = want / page;
+        self.backed_slots.store(want / page, Ordering::Release);
         Ok(())
     }
 
     fn backed_slots(&self) -> u64 {
-        *self.backed_slots.lock().unwrap_or_else(|p| p.into_inner())
+        self.backed_slots.load(Ordering::Acquire)
     }
 
     fn allocated_bytes(&self) -> u64 {

@@ -4,6 +4,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
+use super::raw;
 use crate::error::{Error, Result};
 
 /// An owned anonymous private mapping, unmapped on drop.
@@ -43,10 +44,10 @@ impl Mapping {
         // and nothing else refers to them.
         unsafe {
             if head > 0 {
-                libc::munmap(start as *mut libc::c_void, head);
+                let _ = raw::munmap(start, head);
             }
             if tail > 0 {
-                libc::munmap((aligned + len) as *mut libc::c_void, tail);
+                let _ = raw::munmap(aligned + len, tail);
             }
         }
         let _ = raw;
@@ -61,24 +62,19 @@ impl Mapping {
         // SAFETY: an anonymous mapping at a kernel-chosen address has no
         // preconditions; the result is checked below.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
+            raw::mmap(
+                0,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | extra_flags,
                 -1,
                 0,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::Os {
-                what,
-                source: io::Error::last_os_error(),
-            });
         }
+        .map_err(|source| Error::Os { what, source })?;
         Ok(Mapping {
             // SAFETY: mmap succeeded, so `p` is non-null.
-            ptr: unsafe { NonNull::new_unchecked(p.cast()) },
+            ptr: unsafe { NonNull::new_unchecked(p as *mut u8) },
             len,
         })
     }
@@ -100,7 +96,7 @@ impl Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: we own this mapping and nothing uses it after drop.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        let _ = unsafe { raw::munmap(self.addr(), self.len) };
     }
 }
 
@@ -108,11 +104,7 @@ impl Drop for Mapping {
 pub fn zap(addr: usize, len: usize) -> io::Result<()> {
     // SAFETY: MADV_DONTNEED on a private anonymous range we own only discards
     // its contents, which the caller has saved or no longer needs.
-    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    unsafe { raw::madvise(addr, len, libc::MADV_DONTNEED) }
 }
 
 /// Batches zaps. Every MADV_DONTNEED costs a TLB shootdown, so ranges are

@@ -2,6 +2,8 @@
 //! talks to the kernel lives here, so the rest of the crate reads as policy.
 
 pub mod mem;
+pub mod raw;
+pub mod thread;
 pub mod uffd;
 
 /// The kernel's base page size (4 KiB on x86-64).

@@ -1,0 +1,110 @@
+//! The one-screen summary a tiered program prints to stderr at exit
+//! (`tiermem run --stats`, or `TIERMEM_STATS=1`).
+
+use tiermem_core::Stats;
+
+use super::{program_name, runtime, Guard};
+
+pub fn register() {
+    // SAFETY: registers a plain extern "C" function with no arguments.
+    unsafe { libc::atexit(print_at_exit) };
+}
+
+extern "C" fn print_at_exit() {
+    let _inside = Guard::enter();
+    let s = runtime().stats();
+    eprint!("{}", summary(&program_name(), std::process::id(), &s));
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * part as f64 / whole as f64)
+    }
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1} µs", ns as f64 / 1000.0)
+}
+
+/// Renders the summary. "Served from DRAM" counts the faults that needed no
+/// device read (first touches, probation rescues, write-protect faults):
+/// accesses to mapped pages never trap, so true hits cannot be counted.
+pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
+    let served_from_dram = s.faults.saturating_sub(s.page_ins);
+    let l = &s.fault_latency;
+    format!(
+        "\n── tiermem: {program} (pid {pid}) ──────────────────────────────\n\
+         budget          {budget}, peak resident {peak} ({peak_pct} of budget), page {page} KiB, policy {policy}\n\
+         faults          {faults} (missing {missing}, write-protect {wp}, first touch {zero})\n\
+         hit ratio       {hit} of faults served from DRAM without a device read\n\
+         page-ins        {ins} ({read} read), probation rescues {rescues}\n\
+         page-outs       {outs} ({written} written), clean drops {clean}, zero drops {zdrops}\n\
+         fault latency   mean {mean}, p50 {p50}, p90 {p90}, p99 {p99}, p99.9 {p999}, max {max}\n\
+         backing         {path} ({engine}{direct}), {stored} stored now\n",
+        budget = mib(s.budget_bytes),
+        peak = mib(s.peak_resident_bytes),
+        peak_pct = pct(s.peak_resident_bytes, s.budget_bytes),
+        page = s.page_size / 1024,
+        policy = s.policy,
+        faults = s.faults,
+        missing = s.missing_faults,
+        wp = s.wp_faults,
+        zero = s.zero_fills,
+        hit = pct(served_from_dram, s.faults),
+        ins = s.page_ins,
+        read = mib(s.bytes_read),
+        rescues = s.probation_hits,
+        outs = s.page_outs,
+        written = mib(s.bytes_written),
+        clean = s.clean_drops,
+        zdrops = s.zero_drops,
+        mean = us(l.mean_ns),
+        p50 = us(l.p50_ns),
+        p90 = us(l.p90_ns),
+        p99 = us(l.p99_ns),
+        p999 = us(l.p999_ns),
+        max = us(l.max_ns),
+        path = s.backing_path,
+        engine = s.io_engine,
+        direct = if s.direct_io { ", O_DIRECT" } else { "" },
+        stored = mib(s.stored_bytes),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_has_every_figure_the_issue_asks_for() {
+        let s = Stats {
+            faults: 200,
+            page_ins: 50,
+            page_outs: 70,
+            clean_drops: 5,
+            budget_bytes: 32 << 20,
+            peak_resident_bytes: 16 << 20,
+            page_size: 4096,
+            ..Stats::default()
+        };
+        let text = summary("redis-server", 42, &s);
+        for word in [
+            "faults          200",
+            "75.0% of faults",
+            "page-ins        50",
+            "page-outs       70",
+            "clean drops 5",
+            "peak resident 16.0 MiB (50.0% of budget)",
+            "p99",
+        ] {
+            assert!(text.contains(word), "missing {word:?} in\n{text}");
+        }
+        assert!(text.lines().count() <= 12, "fits one screen");
+    }
+}

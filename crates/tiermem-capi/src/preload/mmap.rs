@@ -1,0 +1,296 @@
+//! The mmap family. Large private anonymous read-write mappings made by the
+//! program become tiered regions; `munmap`, `mremap` and `madvise` on tiered
+//! memory keep their kernel semantics through the runtime. Everything else,
+//! and every call made inside tiermem or mimalloc, goes straight to the
+//! kernel.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+
+use tiermem_core::sys::raw;
+
+use super::guard::{inside, Guard};
+use super::{active, mmap_threshold, runtime, set_errno};
+
+const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
+const BASE_PAGE: usize = 4096;
+
+/// The mapping-type bits: private, shared or shared-validate.
+const MAP_TYPE: c_int = 0x0f;
+
+/// Flags that make a mapping something other than plain anonymous memory.
+const SPECIAL: c_int = libc::MAP_FIXED
+    | libc::MAP_FIXED_NOREPLACE
+    | libc::MAP_STACK
+    | libc::MAP_GROWSDOWN
+    | libc::MAP_HUGETLB
+    | libc::MAP_32BIT;
+
+fn wants_tiering(len: usize, prot: c_int, flags: c_int) -> bool {
+    flags & libc::MAP_ANONYMOUS != 0
+        && flags & MAP_TYPE == libc::MAP_PRIVATE
+        && flags & SPECIAL == 0
+        && prot == libc::PROT_READ | libc::PROT_WRITE
+        && len >= mmap_threshold()
+}
+
+/// Whether `[addr, addr+len)` touches the tiered arena (only when active).
+fn touches_arena(addr: usize, len: usize) -> bool {
+    active() && {
+        let rt = runtime();
+        rt.contains(addr) || (len > 0 && rt.contains(addr.saturating_add(len - 1)))
+    }
+}
+
+fn fail<T>(e: io::Error, value: T) -> T {
+    set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
+    value
+}
+
+/// # Safety
+/// The C contract of mmap(2).
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    let fixed = flags & libc::MAP_FIXED != 0;
+    if active() && !inside() && !fixed && wants_tiering(len, prot, flags) {
+        let _inside = Guard::enter();
+        if let Ok(p) = runtime().alloc_lazy(len) {
+            return p.as_ptr().cast();
+        }
+        // Out of tiered address space: an untiered mapping beats failing.
+    }
+    if fixed && touches_arena(addr as usize, len) {
+        return map_fixed_in_arena(addr as usize, len, prot, flags);
+    }
+    match raw::mmap(addr as usize, len, prot, flags, fd, offset) {
+        Ok(p) => p as *mut c_void,
+        Err(e) => fail(e, MAP_FAILED),
+    }
+}
+
+/// # Safety
+/// As for [`mmap`]; off_t is 64-bit on 64-bit Linux.
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    mmap(addr, len, prot, flags, fd, offset)
+}
+
+/// `MAP_FIXED` over tiered memory: a fresh private anonymous mapping there
+/// becomes zeroed tiered memory (allocators decommit this way). Mapping a
+/// file or shared memory over the arena would cut its userfaultfd
+/// registration, so it is refused.
+unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int) -> *mut c_void {
+    if addr % BASE_PAGE != 0 || len == 0 {
+        set_errno(libc::EINVAL);
+        return MAP_FAILED;
+    }
+    let plain = flags & libc::MAP_ANONYMOUS != 0 && flags & MAP_TYPE == libc::MAP_PRIVATE;
+    if !plain {
+        set_errno(libc::ENOMEM);
+        return MAP_FAILED;
+    }
+    let _inside = Guard::enter();
+    runtime().map_fixed_zero(addr, len);
+    if prot != libc::PROT_READ | libc::PROT_WRITE {
+        if let Err(e) = raw::mprotect(addr, len, prot) {
+            return fail(e, MAP_FAILED);
+        }
+    }
+    addr as *mut c_void
+}
+
+/// # Safety
+/// The C contract of munmap(2).
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    let a = addr as usize;
+    if !touches_arena(a, len) {
+        return match raw::munmap(a, len) {
+            Ok(()) => 0,
+            Err(e) => fail(e, -1),
+        };
+    }
+    if a % BASE_PAGE != 0 || len == 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let _inside = Guard::enter();
+    let rt = runtime();
+    for (from, to) in outside_arena(a, len) {
+        if let Err(e) = raw::munmap(from, to - from) {
+            return fail(e, -1);
+        }
+    }
+    rt.unmap(a, len);
+    0
+}
+
+/// The parts of `[addr, addr+len)` that lie outside the arena.
+fn outside_arena(addr: usize, len: usize) -> Vec<(usize, usize)> {
+    let rt = runtime();
+    let (start, end) = rt.arena_bounds();
+    let stop = addr + len;
+    let mut parts = Vec::new();
+    if addr < start {
+        parts.push((addr, stop.min(start)));
+    }
+    if stop > end {
+        parts.push((addr.max(end), stop));
+    }
+    parts
+}
+
+/// # Safety
+/// The C contract of mremap(2). The fifth argument is read only with
+/// MREMAP_FIXED, as the kernel does; on x86-64 and aarch64 a variadic
+/// caller passes it in the same register as a fixed parameter.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let o = old as usize;
+    let target = if flags & libc::MREMAP_FIXED != 0 {
+        new_addr as usize
+    } else {
+        0
+    };
+    if !touches_arena(o, old_len.max(1)) {
+        if target != 0 && touches_arena(target, new_len) {
+            // Moving foreign memory into the arena would cut its registration.
+            set_errno(libc::EINVAL);
+            return MAP_FAILED;
+        }
+        return match raw::mremap(o, old_len, new_len, flags, target) {
+            Ok(p) => p as *mut c_void,
+            Err(e) => fail(e, MAP_FAILED),
+        };
+    }
+    let supported = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+    if o % BASE_PAGE != 0 || new_len == 0 || old_len == 0 || flags & !supported != 0 {
+        set_errno(libc::EINVAL);
+        return MAP_FAILED;
+    }
+    let _inside = Guard::enter();
+    let rt = runtime();
+    if target != 0 {
+        return remap_to_fixed(o, old_len, new_len, target);
+    }
+    match rt.remap(o, old_len, new_len, flags & libc::MREMAP_MAYMOVE != 0) {
+        Ok(p) => p as *mut c_void,
+        Err(_) => {
+            set_errno(libc::ENOMEM);
+            MAP_FAILED
+        }
+    }
+}
+
+/// MREMAP_FIXED from tiered memory: the contents move to the address the
+/// program chose, as a tiered region when that lies in the arena, else as
+/// plain memory there.
+unsafe fn remap_to_fixed(old: usize, old_len: usize, new_len: usize, target: usize) -> *mut c_void {
+    let rt = runtime();
+    if target % BASE_PAGE != 0 || ranges_overlap(old, old_len, target, new_len) {
+        set_errno(libc::EINVAL);
+        return MAP_FAILED;
+    }
+    if rt.contains(target) {
+        rt.map_fixed_zero(target, new_len);
+    } else if let Err(e) = raw::mmap(
+        target,
+        new_len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+        -1,
+        0,
+    ) {
+        return fail(e, MAP_FAILED);
+    }
+    std::ptr::copy_nonoverlapping(old as *const u8, target as *mut u8, old_len.min(new_len));
+    rt.unmap(old, old_len);
+    target as *mut c_void
+}
+
+fn ranges_overlap(a: usize, a_len: usize, b: usize, b_len: usize) -> bool {
+    a < b + b_len && b < a + a_len
+}
+
+/// # Safety
+/// The C contract of madvise(2).
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+    let a = addr as usize;
+    if !touches_arena(a, len) {
+        return match raw::madvise(a, len, advice) {
+            Ok(()) => 0,
+            Err(e) => fail(e, -1),
+        };
+    }
+    if a % BASE_PAGE != 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let len = len.next_multiple_of(BASE_PAGE);
+    let _inside = Guard::enter();
+    for (from, to) in outside_arena(a, len) {
+        if let Err(e) = raw::madvise(from, to - from, advice) {
+            return fail(e, -1);
+        }
+    }
+    advise_tiered(a, len, advice)
+}
+
+unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {
+    let rt = runtime();
+    match advice {
+        // Contents are discarded: the pager must know, or an evicted page
+        // would come back with its old data instead of zeros.
+        libc::MADV_DONTNEED | libc::MADV_REMOVE => rt.discard(addr, len, true),
+        // MADV_FREE may keep the data until reclaim; tiermem discards at once.
+        libc::MADV_FREE => rt.discard(addr, len, false),
+        // Harmless hints the kernel may take.
+        libc::MADV_NORMAL
+        | libc::MADV_RANDOM
+        | libc::MADV_SEQUENTIAL
+        | libc::MADV_WILLNEED
+        | libc::MADV_DONTDUMP
+        | libc::MADV_DODUMP => {
+            if let Err(e) = raw::madvise(addr, len, advice) {
+                return fail(e, -1);
+            }
+        }
+        // Huge pages would map memory behind userfaultfd's back, kernel
+        // reclaim (COLD/PAGEOUT) would send tiered pages to kernel swap, and
+        // fork-time advice is tiermem's to handle: accepted and ignored.
+        _ => {}
+    }
+    0
+}
+
+/// # Safety
+/// The C contract of mprotect(2). Protection changes on tiered memory keep
+/// its userfaultfd registration, so they go to the kernel unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
+    match raw::mprotect(addr as usize, len, prot) {
+        Ok(()) => 0,
+        Err(e) => fail(e, -1),
+    }
+}

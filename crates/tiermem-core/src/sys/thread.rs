@@ -1,0 +1,79 @@
+//! Runtime threads, started with pthread_create directly.
+//!
+//! std's thread start-up runs code of its own (spawn hooks registering
+//! thread-local destructors, which calls `calloc`) before the thread's
+//! closure. In transparent mode that `calloc` would be served from tiered
+//! memory before the thread could mark itself as a runtime thread, and a
+//! fault handler faulting on tiered memory deadlocks. Here the start hook
+//! runs first, before any other code of the thread.
+
+use std::io;
+
+use crate::error::{Error, Result};
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+struct Start {
+    hook: Option<fn()>,
+    name: String,
+    job: Job,
+}
+
+/// A started thread; join it with [`Thread::join`].
+pub struct Thread(libc::pthread_t);
+
+// SAFETY: a pthread_t is an opaque id that any thread may join.
+unsafe impl Send for Thread {}
+
+impl Thread {
+    pub fn join(self) {
+        // SAFETY: `self.0` is a joinable thread we started and join once.
+        unsafe { libc::pthread_join(self.0, std::ptr::null_mut()) };
+    }
+}
+
+/// Starts `job` on a new thread named `name` with a `stack`-byte stack,
+/// running `hook` first.
+pub fn spawn(name: String, stack: usize, hook: Option<fn()>, job: Job) -> Result<Thread> {
+    let start = Box::into_raw(Box::new(Start { hook, name, job }));
+    // SAFETY: attr is initialised before use and destroyed after.
+    let mut attr: libc::pthread_attr_t = unsafe { std::mem::zeroed() };
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: `trampoline` takes ownership of `start` exactly once; on
+    // failure we take it back.
+    let rc = unsafe {
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstacksize(&mut attr, stack.max(libc::PTHREAD_STACK_MIN));
+        let rc = libc::pthread_create(&mut thread, &attr, trampoline, start.cast());
+        libc::pthread_attr_destroy(&mut attr);
+        rc
+    };
+    if rc != 0 {
+        // SAFETY: the thread was not created, so `start` is still ours.
+        drop(unsafe { Box::from_raw(start) });
+        return Err(Error::os("starting a tiermem thread")(
+            io::Error::from_raw_os_error(rc),
+        ));
+    }
+    Ok(Thread(thread))
+}
+
+extern "C" fn trampoline(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `arg` is the Box<Start> leaked by `spawn`, handed over once.
+    let start = unsafe { Box::from_raw(arg.cast::<Start>()) };
+    if let Some(hook) = start.hook {
+        hook();
+    }
+    set_name(&start.name);
+    (start.job)();
+    std::ptr::null_mut()
+}
+
+fn set_name(name: &str) {
+    // Linux limits thread names to 15 bytes plus the NUL.
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: `buf` is NUL-terminated; naming our own thread.
+    unsafe { libc::pthread_setname_np(libc::pthread_self(), buf.as_ptr().cast()) };
+}
