@@ -29,9 +29,14 @@ pub const BATCH: usize = 64;
 pub(crate) fn evictor_loop(rt: &Shared) {
     let mut ev = Evictor::new(rt);
     while !rt.stopping() {
+        if rt.pause.requested() && rt.pause.parked() >= rt.config.handler_threads {
+            ev.park();
+        }
         rt.wait_until_eviction_needed(Duration::from_millis(5));
         ev.run();
+        rt.poll_fork_leases();
     }
+    ev.hand_back_probation();
 }
 
 struct Demoted {
@@ -55,7 +60,7 @@ impl<'a> Evictor<'a> {
     fn new(rt: &'a Shared) -> Self {
         Evictor {
             rt,
-            probation: VecDeque::new(),
+            probation: rt.take_probation_queue(),
             victims: Vec::with_capacity(BATCH),
             demoted: Vec::with_capacity(BATCH),
             zapper: Zapper::new(),
@@ -63,6 +68,19 @@ impl<'a> Evictor<'a> {
             writes: Vec::with_capacity(BATCH),
             to_write: Vec::with_capacity(BATCH),
         }
+    }
+
+    /// Parks for a fork. The probation queue is handed to `Shared` first, so
+    /// a forked child's new evictor finds the pages waiting there.
+    fn park(&mut self) {
+        self.hand_back_probation();
+        self.rt.pause.park();
+        self.probation = self.rt.take_probation_queue();
+    }
+
+    fn hand_back_probation(&mut self) {
+        self.rt
+            .return_probation_queue(std::mem::take(&mut self.probation));
     }
 
     /// Frees pages until the watermark is restored or nothing can move.
@@ -249,13 +267,13 @@ impl<'a> Evictor<'a> {
     fn drop_zero(&self, page: PageNo, state: PageState, frame: FrameNo) {
         let rt = self.rt;
         if let Some(slot) = state.slot() {
-            rt.slots.free(slot);
+            rt.slots().free(slot);
         }
         rt.table.finish(page, PageState::FREE.with_kind(Kind::Zero));
         rt.frames.release(frame);
         rt.budget.uncharge(1);
         if rt.is_lazy(page) {
-            rt.slots.uncommit(1);
+            rt.slots().uncommit(1);
         }
         Counters::add(&rt.counters.zero_drops, 1);
     }
@@ -266,13 +284,12 @@ impl<'a> Evictor<'a> {
         if self.to_write.is_empty() {
             return 0;
         }
-        rt.slots.alloc(
-            self.to_write.len(),
-            rt.store.backed_slots(),
-            &mut self.slots,
-        );
-        if self.slots.len() < self.to_write.len() {
-            rt.fatal("the backing store ran out of slots for committed pages (accounting bug)");
+        if !self.take_slots() {
+            // Parked slots of a forked child's memory fill the store: keep
+            // the pages in their frames until the child is gone.
+            self.put_back_unwritten();
+            std::thread::sleep(Duration::from_millis(1));
+            return 0;
         }
         self.writes.clear();
         for (i, &(_, _, frame)) in self.to_write.iter().enumerate() {
@@ -281,24 +298,21 @@ impl<'a> Evictor<'a> {
                 src: rt.frames.ptr(frame),
             });
         }
-        if let Err(e) = rt.store.write_batch(&self.writes) {
+        if let Err(e) = rt.store().write_batch(&self.writes) {
             // Nothing is lost: the pages stay in their frames. Put them back
             // in probation and try again later.
             rt.report_io_error(&e);
             for &slot in &self.slots {
-                rt.slots.free(slot);
+                rt.slots().free(slot);
             }
-            for &(page, state, _) in &self.to_write {
-                rt.table.finish(page, state);
-                self.probation.push_front(page);
-            }
+            self.put_back_unwritten();
             std::thread::sleep(Duration::from_millis(100));
             return 0;
         }
         let n = self.to_write.len();
         for (i, &(page, state, frame)) in self.to_write.iter().enumerate() {
             if let Some(old) = state.slot() {
-                rt.slots.free(old);
+                rt.slots().free(old);
             }
             let stored = state
                 .with_kind(Kind::Stored)
@@ -312,6 +326,44 @@ impl<'a> Evictor<'a> {
         Counters::add(&rt.counters.bytes_written, (n * rt.page_size) as u64);
         Counters::add(&rt.counters.write_batches, 1);
         n
+    }
+}
+
+impl Evictor<'_> {
+    /// Takes one fresh slot per page of `to_write`. Committed pages always
+    /// find one within the backed part of the store, except in a forked
+    /// child (whose own file starts empty) and while forked children keep
+    /// freed slots parked: then the store grows. Returns false if it cannot
+    /// grow while slots are parked (they come back when the children end).
+    fn take_slots(&mut self) -> bool {
+        let rt = self.rt;
+        let n = self.to_write.len();
+        for attempt in 0..2 {
+            rt.slots()
+                .alloc(n, rt.store().backed_slots(), &mut self.slots);
+            if self.slots.len() == n {
+                return true;
+            }
+            for &slot in &self.slots {
+                rt.slots().free(slot);
+            }
+            let want = rt.slots().in_use() + (n + BATCH) as u64;
+            if attempt == 0 && rt.store().ensure_backed(want).is_ok() {
+                continue;
+            }
+            if rt.slots().is_deferring() {
+                return false;
+            }
+        }
+        rt.fatal("the backing store is full: no slot left for dirty pages; give tiermem a larger --backing")
+    }
+
+    /// Returns the pages of `to_write` to probation, unwritten.
+    fn put_back_unwritten(&mut self) {
+        for &(page, state, _) in &self.to_write {
+            self.rt.table.finish(page, state);
+            self.probation.push_front(page);
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use std::io;
 use crate::page_table::{Kind, PageNo, PageState};
 use crate::runtime::Shared;
 use crate::stats::Counters;
-use crate::sys::mem::{wait_readable, Mapping};
+use crate::sys::mem::{wait_readable, Mapping, Wake};
 use crate::sys::now_ns;
 use crate::sys::uffd::{message_buffer, Copied, Fault};
 
@@ -43,8 +43,15 @@ pub(crate) fn handler_loop(rt: &Shared) {
         Err(e) => rt.fatal(&format!("{e}")),
     };
     while !rt.stopping() {
-        if !wait_readable(rt.uffd.raw(), &rt.stop_event) {
-            break;
+        match wait_readable(rt.uffd.raw(), &rt.stop_event, &rt.pause.event) {
+            Wake::Stop => break,
+            Wake::Pause => {
+                if rt.pause.requested() {
+                    rt.pause.park();
+                }
+                continue;
+            }
+            Wake::Ready => {}
         }
         match rt.uffd.read_faults(&mut raw, &mut faults) {
             Ok(()) => {}
@@ -145,7 +152,7 @@ fn page_in(rt: &Shared, page: PageNo, state: PageState, write: bool, io_buffer: 
     };
     // SAFETY: the handler owns `io_buffer` (page-sized); no one else uses it.
     let buf = unsafe { std::slice::from_raw_parts_mut(io_buffer.as_ptr(), rt.page_size) };
-    if let Err(e) = rt.store.read(slot, buf) {
+    if let Err(e) = rt.store().read(slot, buf) {
         rt.fatal(&format!(
             "reading page {page} from backing slot {slot} failed: {e}"
         ));
@@ -157,7 +164,7 @@ fn page_in(rt: &Shared, page: PageNo, state: PageState, write: bool, io_buffer: 
     // at once, which saves a second fault.
     install(rt, page, io_buffer.as_ptr(), !write);
     let new = if write {
-        rt.slots.free(slot);
+        rt.slots().free(slot);
         PageState::FREE.with_dirty(true)
     } else {
         PageState::FREE.with_slot(Some(slot))
@@ -173,7 +180,7 @@ fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState, write: boo
     Counters::add(&rt.counters.probation_hits, 1);
     let slot = match (dirty, state.slot()) {
         (true, Some(old)) => {
-            rt.slots.free(old);
+            rt.slots().free(old);
             None
         }
         (_, slot) => slot,
@@ -208,7 +215,7 @@ fn resolve_write_to_clean(rt: &Shared, page: PageNo) {
                     ));
                 }
                 if let Some(stale) = state.slot() {
-                    rt.slots.free(stale);
+                    rt.slots().free(stale);
                 }
                 finish_resident(rt, page, PageState::FREE.with_dirty(true), true);
                 return;

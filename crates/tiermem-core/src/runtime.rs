@@ -1,6 +1,8 @@
 //! The runtime: one registered arena, its page table, the store, the policy,
 //! handler threads and the evictor, behind a small allocation API.
 
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -13,8 +15,10 @@ use crate::evictor::{evictor_loop, BATCH};
 use crate::fault::{backoff, handler_loop};
 use crate::frames::FramePool;
 use crate::page_table::{Kind, PageNo, PageState, PageTable, MAX_PAGES};
+use crate::pause::Pause;
 use crate::policy::{new_policy, Policy};
 use crate::ranges::RangeAllocator;
+use crate::replaceable::Replaceable;
 use crate::stats::{Counters, LatencyHistogram, Stats};
 use crate::store::{FileStore, SlotAllocator, Store};
 use crate::sys::base_page_size;
@@ -33,8 +37,8 @@ pub(crate) struct Shared {
     pub uffd: Uffd,
     pub arena: Mapping,
     pub table: PageTable,
-    pub store: Box<dyn Store>,
-    pub slots: SlotAllocator,
+    store: Replaceable<dyn Store>,
+    slots: Replaceable<SlotAllocator>,
     pub policy: Box<dyn Policy>,
     pub budget: Budget,
     pub frames: FramePool,
@@ -50,6 +54,12 @@ pub(crate) struct Shared {
     pub lazy_start: PageNo,
     stop: AtomicBool,
     pub stop_event: EventFd,
+    pub pause: Pause,
+    /// Pages in probation, in order, while no evictor thread holds them
+    /// (before it starts, while it is parked for a fork).
+    probation_queue: Mutex<VecDeque<PageNo>>,
+    /// Read ends of one pipe per forked child that still shares our slots.
+    pub fork_leases: Mutex<Vec<OwnedFd>>,
     evictor_wake: (Mutex<bool>, Condvar),
     io_error_reported: AtomicBool,
     bad_access_reported: AtomicBool,
@@ -58,6 +68,26 @@ pub(crate) struct Shared {
 impl Shared {
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
+    }
+
+    /// The backing store (a forked child swaps in its own).
+    #[inline]
+    pub fn store(&self) -> &dyn Store {
+        self.store.get()
+    }
+
+    pub(crate) fn store_cell(&self) -> &Replaceable<dyn Store> {
+        &self.store
+    }
+
+    pub(crate) fn slots_cell(&self) -> &Replaceable<SlotAllocator> {
+        &self.slots
+    }
+
+    /// Slot allocation for the store.
+    #[inline]
+    pub fn slots(&self) -> &SlotAllocator {
+        self.slots.get()
     }
 
     #[inline]
@@ -71,6 +101,22 @@ impl Shared {
         self.arena.addr() + page as usize * self.page_size
     }
 
+    pub fn take_probation_queue(&self) -> VecDeque<PageNo> {
+        std::mem::take(
+            &mut *self
+                .probation_queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
+    pub fn return_probation_queue(&self, queue: VecDeque<PageNo>) {
+        *self
+            .probation_queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = queue;
+    }
+
     /// Whether `page` lies in the lazily committed zone.
     #[inline]
     pub fn is_lazy(&self, page: PageNo) -> bool {
@@ -80,7 +126,7 @@ impl Shared {
     /// Commits a slot for the first touch of a lazily committed page. Running
     /// out here cannot be reported to the program, so it stops loudly.
     pub fn commit_lazy_page(&self, page: PageNo) {
-        if let Err(e) = self.slots.commit(1, self.store.as_ref()) {
+        if let Err(e) = self.slots().commit(1, self.store()) {
             self.fatal(&format!(
                 "page {page} was touched for the first time but the backing store is full ({e}); give tiermem a larger --backing"
             ));
@@ -196,24 +242,7 @@ impl Runtime {
     /// come in this order: configuration, backing store, userfaultfd.
     pub fn new(config: Config) -> Result<Runtime> {
         let shared = Arc::new(Self::build_shared(config)?);
-        let mut threads = Vec::new();
-        let cpus = online_cpus();
-        for i in 0..shared.config.handler_threads {
-            let s = Arc::clone(&shared);
-            let cpu = cpus.get(i % cpus.len().max(1)).copied();
-            threads.push(spawn(format!("tiermem-fault{i}"), move || {
-                // One handler per CPU: the handler woken on the faulting
-                // thread's CPU usually reads the fault first, and its wake-up
-                // of that thread stays local. Cross-CPU wake-ups measured
-                // 15-30 us per fault on a 2-vCPU VM.
-                if let Some(cpu) = cpu {
-                    pin_to_cpu(cpu);
-                }
-                handler_loop(&s)
-            })?);
-        }
-        let s = Arc::clone(&shared);
-        threads.push(spawn("tiermem-evict".into(), move || evictor_loop(&s))?);
+        let threads = start_threads(&shared)?;
         Ok(Runtime { shared, threads })
     }
 
@@ -239,7 +268,7 @@ impl Runtime {
             page_size,
             base_page: base_page_size(),
             table: PageTable::new(arena_pages)?,
-            slots: SlotAllocator::new(capacity),
+            slots: Replaceable::new(Box::new(SlotAllocator::new(capacity))),
             policy: new_policy(config.policy),
             budget: Budget::new(budget_pages),
             frames,
@@ -251,10 +280,13 @@ impl Runtime {
             lazy_start: strict_pages as PageNo,
             stop: AtomicBool::new(false),
             stop_event: EventFd::new()?,
+            pause: Pause::new()?,
+            probation_queue: Mutex::new(VecDeque::new()),
+            fork_leases: Mutex::new(Vec::new()),
             evictor_wake: (Mutex::new(false), Condvar::new()),
             io_error_reported: AtomicBool::new(false),
             bad_access_reported: AtomicBool::new(false),
-            store: Box::new(store),
+            store: Replaceable::new(Box::new(store)),
             uffd,
             arena,
             config,
@@ -280,14 +312,14 @@ impl Runtime {
             });
         }
         let pages = len.div_ceil(rt.page_size) as u64;
-        rt.slots.commit(pages, rt.store.as_ref())?;
+        rt.slots().commit(pages, rt.store())?;
         let start = rt
             .ranges
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .alloc(pages);
         let Some(start) = start else {
-            rt.slots.uncommit(pages);
+            rt.slots().uncommit(pages);
             return Err(Error::OutOfBackingSpace {
                 requested: pages * rt.page_size as u64,
                 available: 0,
@@ -330,7 +362,7 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .give_back(start, pages);
-        rt.slots.uncommit(pages);
+        rt.slots().uncommit(pages);
         Ok(())
     }
 
@@ -371,7 +403,7 @@ impl Runtime {
                             rt.frames.release(rt.table.frame(page));
                         }
                         if let Some(slot) = s.slot() {
-                            rt.slots.free(slot);
+                            rt.slots().free(slot);
                         }
                         break;
                     }
@@ -409,7 +441,7 @@ impl Runtime {
             return Ok(ptr);
         }
         let extra = new_pages - old_pages;
-        rt.slots.commit(extra, rt.store.as_ref())?;
+        rt.slots().commit(extra, rt.store())?;
         if rt
             .ranges
             .lock()
@@ -419,7 +451,7 @@ impl Runtime {
             self.mark_zero(start + old_pages, extra);
             return Ok(ptr);
         }
-        rt.slots.uncommit(extra);
+        rt.slots().uncommit(extra);
         let new = self.alloc(len)?;
         // Pages fault in and out as needed: the copy works at any budget.
         std::ptr::copy_nonoverlapping(
@@ -443,7 +475,7 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .give_back(start + new_pages, tail);
-        rt.slots.uncommit(tail);
+        rt.slots().uncommit(tail);
     }
 
     /// Whether `addr` lies in this runtime's tiered arena.
@@ -483,6 +515,10 @@ impl Runtime {
         &self.shared
     }
 
+    pub(crate) fn shared_ref(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     pub fn stats(&self) -> Stats {
         let rt = &self.shared;
         let page = rt.page_size as u64;
@@ -501,17 +537,17 @@ impl Runtime {
         s.peak_resident_bytes = rt.budget.peak() * page;
         s.budget_bytes = rt.budget.limit() * page;
         s.allocated_bytes = allocated_pages * page;
-        s.backing_bytes = rt.store.allocated_bytes();
-        s.stored_bytes = rt.slots.in_use() * page;
-        s.backing_capacity_bytes = rt.slots.capacity() * page;
+        s.backing_bytes = rt.store().allocated_bytes();
+        s.stored_bytes = rt.slots().in_use() * page;
+        s.backing_capacity_bytes = rt.slots().capacity() * page;
         s.metadata_bytes = rt.table.committed_bytes(allocated_pages)
-            + rt.slots.metadata_bytes()
+            + rt.slots().metadata_bytes()
             + rt.frames.touched_bytes().saturating_sub(s.resident_bytes)
             + (rt.config.handler_threads as u64 + 1) * page;
         s.page_size = page;
         s.fault_latency = rt.fault_latency.summary();
         s.policy = rt.policy.kind().name();
-        let info = rt.store.info();
+        let info = rt.store().info();
         s.io_engine = info.engine;
         s.backing_path = info.path.display().to_string();
         s.backing_is_block_device = info.block_device;
@@ -531,6 +567,29 @@ impl Drop for Runtime {
         }
         rt.uffd.unregister(rt.arena.addr(), rt.arena.len());
     }
+}
+
+/// Starts the fault handlers and the evictor.
+pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
+    let mut threads = Vec::new();
+    let cpus = online_cpus();
+    for i in 0..shared.config.handler_threads {
+        let s = Arc::clone(shared);
+        let cpu = cpus.get(i % cpus.len().max(1)).copied();
+        threads.push(spawn(format!("tiermem-fault{i}"), move || {
+            // One handler per CPU: the handler woken on the faulting
+            // thread's CPU usually reads the fault first, and its wake-up
+            // of that thread stays local. Cross-CPU wake-ups measured
+            // 15-30 us per fault on a 2-vCPU VM.
+            if let Some(cpu) = cpu {
+                pin_to_cpu(cpu);
+            }
+            handler_loop(&s)
+        })?);
+    }
+    let s = Arc::clone(shared);
+    threads.push(spawn("tiermem-evict".into(), move || evictor_loop(&s))?);
+    Ok(threads)
 }
 
 /// The CPUs this process may run on.

@@ -86,7 +86,7 @@ impl Runtime {
             let taken = lock(zone).take_range(part.start, part.pages);
             for (start, pages) in taken {
                 let held = self.release_pages(start, pages, Kind::Free);
-                rt.slots.uncommit(if lazy { held } else { pages });
+                rt.slots().uncommit(if lazy { held } else { pages });
                 lock(zone).give_back(start, pages);
             }
         });
@@ -108,7 +108,7 @@ impl Runtime {
                 let to = if lazy { Kind::Free } else { Kind::Zero };
                 let held = self.release_pages(p.start, p.pages, to);
                 if lazy {
-                    rt.slots.uncommit(held);
+                    rt.slots().uncommit(held);
                 }
             }
         });
@@ -151,7 +151,7 @@ impl Runtime {
             for (start, pages) in claimed {
                 if !lazy {
                     // Strict zone: keep the promise that every allocated page has a slot.
-                    if let Err(e) = rt.slots.commit(pages, rt.store.as_ref()) {
+                    if let Err(e) = rt.slots().commit(pages, rt.store()) {
                         rt.fatal(&format!("MAP_FIXED inside tiered memory: {e}"));
                     }
                     self.mark_zero(start, pages);

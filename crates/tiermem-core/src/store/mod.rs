@@ -6,12 +6,14 @@
 //! fault inside the kernel on the handler's own behalf).
 
 mod file;
+mod forked;
 mod slots;
 
 use std::io;
 use std::path::PathBuf;
 
 pub use file::FileStore;
+pub use forked::ForkedStore;
 pub use slots::SlotAllocator;
 
 use crate::error::Result;
@@ -35,8 +37,13 @@ pub struct StoreInfo {
 /// Page-granular storage for evicted pages.
 pub trait Store: Send + Sync {
     fn page_size(&self) -> usize;
-    /// Most slots this store can ever hold.
+    /// Most slots this store can ever hold (that a slot allocator hands out).
     fn capacity_slots(&self) -> u64;
+    /// One past the highest slot number this store can read; a forked
+    /// child numbers its own slots from here.
+    fn slot_span(&self) -> u64 {
+        self.capacity_slots()
+    }
     /// Makes sure slots `0..slots` are backed by real space (preallocated),
     /// so a later write can never fail for lack of space.
     fn ensure_backed(&self, slots: u64) -> Result<()>;

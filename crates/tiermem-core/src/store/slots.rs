@@ -5,13 +5,24 @@
 //! are handed out lazily, in ascending runs, so that a batch of evictions
 //! lands in adjacent slots and becomes a few large writes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+use crossbeam_queue::SegQueue;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
 
+/// Slot numbers below `base` belong to the parent process (a forked child
+/// reads them but never frees or reuses them); this allocator hands out
+/// `base..base+capacity`.
+///
+/// While forked children live (`deferring > 0`), freed slots are parked
+/// instead of reused: a child may still read the old contents.
 pub struct SlotAllocator {
+    base: u64,
+    deferring: AtomicUsize,
+    deferred: SegQueue<u64>,
     bits: Vec<AtomicU64>,
     capacity: u64,
     committed: AtomicU64,
@@ -22,8 +33,16 @@ pub struct SlotAllocator {
 
 impl SlotAllocator {
     pub fn new(capacity: u64) -> SlotAllocator {
+        Self::with_base(0, capacity)
+    }
+
+    /// An allocator for the slots `base..base+capacity` (a forked child's).
+    pub fn with_base(base: u64, capacity: u64) -> SlotAllocator {
         let words = capacity.div_ceil(64) as usize;
         SlotAllocator {
+            base,
+            deferring: AtomicUsize::new(0),
+            deferred: SegQueue::new(),
             bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
             capacity,
             committed: AtomicU64::new(0),
@@ -105,10 +124,25 @@ impl SlotAllocator {
         *cursor = slot;
         // After a wrap the run restarts at 0; sorted slots still merge.
         out.sort_unstable();
+        for s in out.iter_mut() {
+            *s += self.base;
+        }
         self.in_use.fetch_add(out.len() as u64, Ordering::Relaxed);
     }
 
     pub fn free(&self, slot: u64) {
+        if slot < self.base {
+            return; // the parent's: read-only for us
+        }
+        if self.deferring.load(Ordering::SeqCst) > 0 {
+            self.deferred.push(slot);
+            return;
+        }
+        self.release(slot);
+    }
+
+    fn release(&self, slot: u64) {
+        let slot = slot - self.base;
         let word = &self.bits[(slot / 64) as usize];
         let bit = 1u64 << (slot % 64);
         let prev = word.fetch_and(!bit, Ordering::AcqRel);
@@ -116,6 +150,25 @@ impl SlotAllocator {
         if prev & bit != 0 {
             self.in_use.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// A child was forked: from now on freed slots are parked.
+    pub fn start_deferring(&self) {
+        self.deferring.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A child is gone (exited or exec'd). When none is left, the parked
+    /// slots become free.
+    pub fn stop_deferring(&self) {
+        if self.deferring.fetch_sub(1, Ordering::SeqCst) == 1 {
+            while let Some(slot) = self.deferred.pop() {
+                self.release(slot);
+            }
+        }
+    }
+
+    pub fn is_deferring(&self) -> bool {
+        self.deferring.load(Ordering::SeqCst) > 0
     }
 
     pub fn in_use(&self) -> u64 {
@@ -155,6 +208,24 @@ mod tests {
         a.alloc(5, 256, &mut out);
         assert_eq!(out, vec![1, 200], "wrapped allocations come back sorted");
         assert_eq!(a.in_use(), 256);
+    }
+
+    #[test]
+    fn frees_wait_while_children_live_and_parent_slots_are_never_freed() {
+        let a = SlotAllocator::with_base(1000, 64);
+        let mut out = Vec::new();
+        a.alloc(4, 64, &mut out);
+        assert_eq!(out, vec![1000, 1001, 1002, 1003]);
+        a.free(7); // a parent's slot: ignored
+        a.start_deferring();
+        a.free(1001);
+        a.alloc(64, 64, &mut out);
+        assert!(!out.contains(&1001), "a parked slot must not be reused");
+        assert_eq!(a.in_use(), 64);
+        a.stop_deferring();
+        assert_eq!(a.in_use(), 63);
+        a.alloc(1, 64, &mut out);
+        assert_eq!(out, vec![1001]);
     }
 
     #[test]

@@ -249,31 +249,70 @@ impl EventFd {
         unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
+    /// Resets the counter, so polls block again.
+    pub fn drain(&self) {
+        let mut value: u64 = 0;
+        // SAFETY: reading 8 bytes into a valid u64 from a non-blocking eventfd.
+        unsafe { libc::read(self.0.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
+    }
+
+    /// In a forked child: a fresh eventfd under the same number.
+    pub fn replace_in_child(&self) -> Result<()> {
+        let fresh = EventFd::new()?;
+        replace_fd(self.raw(), fresh.0).map_err(|source| Error::Os {
+            what: "replacing an eventfd after fork",
+            source,
+        })
+    }
+
     pub fn raw(&self) -> i32 {
         self.0.as_raw_fd()
     }
 }
 
-/// Blocks until `fd` is readable or `stop` is signalled. Returns false on stop.
-pub fn wait_readable(fd: i32, stop: &EventFd) -> bool {
-    let mut fds = [
-        libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: stop.raw(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+/// Why a runtime thread woke up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// The watched fd is readable.
+    Ready,
+    /// The runtime is stopping.
+    Stop,
+    /// The runtime is being paused (around a fork).
+    Pause,
+}
+
+/// Blocks until `fd` is readable, or `stop` or `pause` is signalled.
+pub fn wait_readable(fd: i32, stop: &EventFd, pause: &EventFd) -> Wake {
+    let mut fds = [fd, stop.raw(), pause.raw()].map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
     loop {
-        // SAFETY: `fds` is a valid array of two pollfds.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        // SAFETY: `fds` is a valid array of three pollfds.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) };
         if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
-        return fds[1].revents == 0;
+        return if fds[1].revents != 0 {
+            Wake::Stop
+        } else if fds[2].revents != 0 {
+            Wake::Pause
+        } else {
+            Wake::Ready
+        };
     }
+}
+
+/// Puts a fresh open file in place of `fd`'s, under the same number, so
+/// every holder of the number now uses the new one. A forked child uses it
+/// to stop sharing its parent's userfaultfd and eventfds.
+pub fn replace_fd(fd: i32, fresh: OwnedFd) -> io::Result<()> {
+    // SAFETY: dup3 onto a descriptor number we own; the old open file it
+    // referred to is the parent's and stays open there.
+    let rc = unsafe { libc::dup3(fresh.as_raw_fd(), fd, libc::O_CLOEXEC) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -264,6 +264,18 @@ impl Uffd {
         unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_WAKE as _, &mut range) };
     }
 
+    /// In a forked child: a fresh userfaultfd under the same number. The
+    /// child's copy of the arena lost its registration at fork (there is no
+    /// EVENT_FORK without CAP_SYS_PTRACE); the caller registers it again.
+    pub fn replace_in_child(&self) -> Result<()> {
+        let fresh = Uffd::open()?;
+        fresh.handshake()?;
+        crate::sys::mem::replace_fd(self.raw(), fresh.fd).map_err(|source| Error::Os {
+            what: "replacing the userfaultfd after fork",
+            source,
+        })
+    }
+
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
