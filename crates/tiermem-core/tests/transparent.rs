@@ -1,0 +1,115 @@
+//! The operations transparent mode builds on, checked page by page after
+//! heavy paging: lazily committed regions, discard (MADV_DONTNEED), partial
+//! unmap (munmap), and remap (mremap grow in place, move, shrink).
+
+mod common;
+
+use common::{runtime, Stamped, UNIT};
+use tiermem_core::PolicyKind;
+
+const MIB: usize = 1 << 20;
+
+fn read_word(addr: usize) -> u64 {
+    // SAFETY: the tests only read words of live tiered memory they own.
+    unsafe { std::ptr::read_volatile(addr as *const u64) }
+}
+
+#[test]
+fn lazy_region_pages_out_discards_and_unmaps_exactly() {
+    let rt = runtime(4 * MIB as u64, 4096, PolicyKind::Clock);
+    let len = 64 * MIB;
+    let base = rt.alloc_lazy(len).unwrap().as_ptr();
+    assert!(rt.is_lazy_addr(base as usize));
+    let s = Stamped::stamp(base, len);
+    s.verify().unwrap();
+    assert!(rt.stats().page_outs > 0, "16x the budget must page out");
+
+    // DONTNEED on units 100..200: zeros there, the rest intact.
+    // SAFETY: the range is ours.
+    unsafe { rt.discard(base as usize + 100 * UNIT, 100 * UNIT, true) };
+    for u in 0..s.units {
+        let first = read_word(base as usize + u * UNIT);
+        if (100..200).contains(&u) {
+            assert_eq!(first, 0, "discarded unit {u} must read as zero");
+        } else {
+            assert_eq!(
+                first,
+                common::tag(u),
+                "unit {u} lost by a discard elsewhere"
+            );
+        }
+    }
+    let stored_before = rt.stats().stored_bytes;
+
+    // munmap of the second half returns its slots.
+    rt.unmap(base as usize + len / 2, len / 2);
+    let st = rt.stats();
+    assert!(
+        st.stored_bytes < stored_before,
+        "unmapping must free slots ({} -> {})",
+        stored_before,
+        st.stored_bytes
+    );
+    for u in (0..s.units / 2).filter(|u| !(100..200).contains(u)) {
+        assert_eq!(read_word(base as usize + u * UNIT), common::tag(u));
+    }
+}
+
+#[test]
+fn remap_grows_in_place_moves_and_shrinks_keeping_contents() {
+    let rt = runtime(2 * MIB as u64, 4096, PolicyKind::Clock);
+    let len = 16 * MIB;
+    let a = rt.alloc_lazy(len).unwrap().as_ptr() as usize;
+    let s = Stamped::stamp(a as *mut u8, len);
+    // Grow in place: the pages after a fresh lazy region are free.
+    // SAFETY: `a` is ours; the old range is not used after a move.
+    let grown = unsafe { rt.remap(a, len, 2 * len, true) }.unwrap();
+    assert_eq!(grown, a, "the pages after the region were free");
+    s.verify().unwrap();
+    for u in (len / UNIT..2 * len / UNIT).step_by(97) {
+        assert_eq!(read_word(a + u * UNIT), 0, "grown tail must be zero");
+    }
+    // Block in-place growth, then grow again: the contents must move.
+    let blocker = rt.alloc_lazy(UNIT).unwrap().as_ptr() as usize;
+    assert_eq!(blocker, a + 2 * len);
+    // SAFETY: as above.
+    let moved = unsafe { rt.remap(a, 2 * len, 3 * len, true) }.unwrap();
+    assert_ne!(moved, a);
+    let s2 = Stamped {
+        base: moved as *mut u8,
+        units: s.units,
+        expected: s.expected,
+    };
+    s2.verify().unwrap();
+    // First fit put the moved region right after the blocker, so the
+    // blocker cannot grow in place, and without MAYMOVE that fails.
+    assert_eq!(moved, blocker + UNIT);
+    // SAFETY: as above.
+    assert!(unsafe { rt.remap(blocker, UNIT, 2 * UNIT, false) }.is_err());
+    // Shrink keeps the head.
+    // SAFETY: as above.
+    let shrunk = unsafe { rt.remap(moved, 3 * len, len / 2, true) }.unwrap();
+    assert_eq!(shrunk, moved);
+    for u in 0..len / 2 / UNIT {
+        assert_eq!(read_word(moved + u * UNIT), common::tag(u));
+    }
+}
+
+#[test]
+fn map_fixed_zeroes_and_reclaims_a_range() {
+    let rt = runtime(2 * MIB as u64, 4096, PolicyKind::Fifo);
+    let len = 8 * MIB;
+    let a = rt.alloc_lazy(len).unwrap().as_ptr() as usize;
+    let s = Stamped::stamp(a as *mut u8, len);
+    s.verify().unwrap();
+    // SAFETY: the range is ours.
+    unsafe { rt.map_fixed_zero(a + MIB, MIB) };
+    for u in 0..s.units {
+        let w = read_word(a + u * UNIT);
+        if (MIB / UNIT..2 * MIB / UNIT).contains(&u) {
+            assert_eq!(w, 0);
+        } else {
+            assert_eq!(w, common::tag(u));
+        }
+    }
+}
