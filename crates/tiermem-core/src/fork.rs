@@ -76,13 +76,15 @@ impl Runtime {
         let rt = self.shared();
         // SAFETY: as in `prepare_fork`.
         let in_flight = unsafe { (*IN_FLIGHT.0.get()).take() };
-        if let Some(InFlight { lease, .. }) = in_flight {
-            if let Some((read, _write)) = lease {
-                rt.fork_leases
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(read);
-            }
+        if let Some(InFlight {
+            lease: Some((read, _write)),
+            ..
+        }) = in_flight
+        {
+            rt.fork_leases
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(read);
         }
         rt.pause.resume();
     }
@@ -95,11 +97,13 @@ impl Runtime {
     pub unsafe fn after_fork_child(&'static self) -> Result<()> {
         let rt = self.shared();
         let in_flight = (*IN_FLIGHT.0.get()).take();
-        if let Some(InFlight { lease, .. }) = in_flight {
-            if let Some((_read, write)) = lease {
-                // Held until this process exits or execs.
-                std::mem::forget(write);
-            }
+        if let Some(InFlight {
+            lease: Some((_read, write)),
+            ..
+        }) = in_flight
+        {
+            // Held until this process exits or execs.
+            std::mem::forget(write);
         }
         // Leases of our siblings are the parent's business.
         rt.fork_leases

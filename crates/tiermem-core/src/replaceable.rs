@@ -23,7 +23,7 @@ impl<T: ?Sized> Replaceable<T> {
     pub fn get(&self) -> &T {
         // SAFETY: the pointer always comes from Box::into_raw and is only
         // freed by `replace_in_child` (see its contract) or on drop.
-        unsafe { &**self.ptr.load(Ordering::Acquire) }
+        unsafe { &*self.ptr.load(Ordering::Acquire) }
     }
 
     /// Replaces the value with `make(old)`.

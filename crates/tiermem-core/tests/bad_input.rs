@@ -216,3 +216,33 @@ fn unwritable_backing_directory_for_a_real_user() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_backing_file_serves_one_process_at_a_time() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("backing");
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    let config = |p: &std::path::Path| {
+        Config::builder()
+            .dram_budget(16 * MIB)
+            .backing(p)
+            .backing_size(64 * MIB)
+            .build()
+            .unwrap()
+    };
+    let first = Runtime::new(config(&path)).expect("the first user gets the file");
+    let err = Runtime::new(config(&path))
+        .err()
+        .expect("a second user is refused");
+    let msg = err.to_string();
+    assert!(msg.contains("in use by another tiermem process"), "{msg}");
+    assert!(msg.contains("give a directory"), "the fix is named: {msg}");
+    drop(first);
+    Runtime::new(config(&path)).expect("free again once the first is gone");
+}

@@ -1,19 +1,48 @@
 //! The one-screen summary a tiered program prints to stderr at exit
 //! (`tiermem run --stats`, or `TIERMEM_STATS=1`).
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 use tiermem_core::Stats;
 
 use super::{program_name, runtime, Guard};
 
+/// A private copy of stderr: programs such as coreutils close fd 2 before
+/// they exit, and the summary must still get out.
+static STDERR_COPY: AtomicI32 = AtomicI32::new(-1);
+
 pub fn register() {
-    // SAFETY: registers a plain extern "C" function with no arguments.
-    unsafe { libc::atexit(print_at_exit) };
+    // SAFETY: duplicates fd 2 to a close-on-exec descriptor, and registers a
+    // plain extern "C" function with no arguments.
+    unsafe {
+        STDERR_COPY.store(libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3), Ordering::Relaxed);
+        libc::atexit(print_at_exit);
+    }
 }
 
 extern "C" fn print_at_exit() {
     let _inside = Guard::enter();
     let s = runtime().stats();
-    eprint!("{}", summary(&program_name(), std::process::id(), &s));
+    let text = summary(&program_name(), std::process::id(), &s);
+    let fd = match STDERR_COPY.load(Ordering::Relaxed) {
+        -1 => 2,
+        fd => fd,
+    };
+    write_all(fd, text.as_bytes());
+}
+
+fn write_all(fd: i32, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: writes from a valid buffer of `bytes.len()` bytes.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
 }
 
 fn mib(bytes: u64) -> String {

@@ -36,7 +36,16 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         return __libc_malloc(size);
     }
     let _inside = Guard::enter();
-    mi::mi_malloc(size)
+    enomem_if_null(mi::mi_malloc(size))
+}
+
+/// mimalloc returns NULL without setting errno; C callers expect ENOMEM.
+#[inline]
+fn enomem_if_null(p: *mut c_void) -> *mut c_void {
+    if p.is_null() {
+        set_errno(libc::ENOMEM);
+    }
+    p
 }
 
 /// # Safety
@@ -62,7 +71,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         return __libc_calloc(n, size);
     }
     let _inside = Guard::enter();
-    mi::mi_calloc(n, size)
+    enomem_if_null(mi::mi_calloc(n, size))
 }
 
 /// # Safety
@@ -79,7 +88,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     }
     if ours(p) {
         let _inside = Guard::enter();
-        return mi::mi_realloc(p, size);
+        return enomem_if_null(mi::mi_realloc(p, size));
     }
     if !tiered() {
         return __libc_realloc(p, size);
@@ -116,14 +125,14 @@ unsafe fn aligned(align: usize, size: usize) -> *mut c_void {
         return __libc_memalign(align, size);
     }
     let _inside = Guard::enter();
-    mi::mi_malloc_aligned(size, align.max(MIN_ALIGN))
+    enomem_if_null(mi::mi_malloc_aligned(size, align.max(MIN_ALIGN)))
 }
 
 /// # Safety
 /// The C contract of posix_memalign(3).
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if !align.is_power_of_two() || align % std::mem::size_of::<*mut c_void>() != 0 {
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
     let p = aligned(align, size);

@@ -94,7 +94,7 @@ pub unsafe extern "C" fn mmap64(
 /// file or shared memory over the arena would cut its userfaultfd
 /// registration, so it is refused.
 unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int) -> *mut c_void {
-    if addr % BASE_PAGE != 0 || len == 0 {
+    if !addr.is_multiple_of(BASE_PAGE) || len == 0 {
         set_errno(libc::EINVAL);
         return MAP_FAILED;
     }
@@ -124,7 +124,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
             Err(e) => fail(e, -1),
         };
     }
-    if a % BASE_PAGE != 0 || len == 0 {
+    if !a.is_multiple_of(BASE_PAGE) || len == 0 {
         set_errno(libc::EINVAL);
         return -1;
     }
@@ -184,7 +184,7 @@ pub unsafe extern "C" fn mremap(
         };
     }
     let supported = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
-    if o % BASE_PAGE != 0 || new_len == 0 || old_len == 0 || flags & !supported != 0 {
+    if !o.is_multiple_of(BASE_PAGE) || new_len == 0 || old_len == 0 || flags & !supported != 0 {
         set_errno(libc::EINVAL);
         return MAP_FAILED;
     }
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn mremap(
 /// plain memory there.
 unsafe fn remap_to_fixed(old: usize, old_len: usize, new_len: usize, target: usize) -> *mut c_void {
     let rt = runtime();
-    if target % BASE_PAGE != 0 || ranges_overlap(old, old_len, target, new_len) {
+    if !target.is_multiple_of(BASE_PAGE) || ranges_overlap(old, old_len, target, new_len) {
         set_errno(libc::EINVAL);
         return MAP_FAILED;
     }
@@ -243,7 +243,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
             Err(e) => fail(e, -1),
         };
     }
-    if a % BASE_PAGE != 0 {
+    if !a.is_multiple_of(BASE_PAGE) {
         set_errno(libc::EINVAL);
         return -1;
     }

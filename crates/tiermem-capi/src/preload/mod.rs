@@ -86,7 +86,14 @@ fn start() -> Result<(), String> {
         MMAP_THRESHOLD.store(bytes.max(4096) as usize, Ordering::Relaxed);
     }
     let config = Config::from_env().map_err(|e| e.to_string())?;
+    let backing_is_dir = config.backing.is_dir();
     let rt = global::init(config).map_err(|e| e.to_string())?;
+    if !backing_is_dir {
+        // This process holds the backing file or device exclusively; the
+        // programs it execs get private files in the default directory.
+        // SAFETY: setenv with NUL-terminated strings, before the program's threads exist.
+        unsafe { libc::setenv(c"TIERMEM_BACKING".as_ptr(), c"/var/tmp".as_ptr(), 1) };
+    }
     give_mimalloc_its_arena(rt)?;
     RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
     fork::install();

@@ -374,7 +374,24 @@ fn open_existing(path: &Path, block_device: bool) -> Result<(File, bool, bool)> 
     let c = cstring(path)?;
     let (f, direct) = open_maybe_direct(&c, libc::O_RDWR, 0)
         .map_err(|e| backing_err(path, "cannot open for reading and writing", e))?;
+    claim_exclusively(&f, path)?;
     Ok((f, direct, block_device))
+}
+
+/// A backing file or device holds one process's pages at fixed offsets: a
+/// second process using it would overwrite them. The lock lasts as long as
+/// the open file (a forked child shares it, which is safe: it only reads
+/// the parent's slots).
+fn claim_exclusively(f: &File, path: &Path) -> Result<()> {
+    // SAFETY: flock on our own open descriptor.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    Err(backing_err(
+        path,
+        "is in use by another tiermem process (a backing file or device serves one process; give a directory to let each process create its own file)",
+        io::Error::last_os_error(),
+    ))
 }
 
 /// An existing file that others can read would expose evicted memory.

@@ -91,8 +91,14 @@ impl SlotAllocator {
         }
     }
 
+    /// Gives commitments back. Saturates at zero: a forked child's fresh
+    /// allocator gives back pages that were committed in its parent.
     pub fn uncommit(&self, pages: u64) {
-        self.committed.fetch_sub(pages, Ordering::AcqRel);
+        let _ = self
+            .committed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_sub(pages))
+            });
     }
 
     /// Takes up to `n` free slots in ascending order, preferring the run

@@ -61,12 +61,26 @@ pub fn spawn(name: String, stack: usize, hook: Option<fn()>, job: Job) -> Result
 extern "C" fn trampoline(arg: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `arg` is the Box<Start> leaked by `spawn`, handed over once.
     let start = unsafe { Box::from_raw(arg.cast::<Start>()) };
+    block_all_signals();
     if let Some(hook) = start.hook {
         hook();
     }
     set_name(&start.name);
     (start.job)();
     std::ptr::null_mut()
+}
+
+/// Signals meant for the program must reach the program's threads: a
+/// process-directed signal delivered to a runtime thread would be handled
+/// there, in the middle of whatever the program's handler assumes (dash, for
+/// one, drops a SIGTERM that arrives while its own threads block signals).
+fn block_all_signals() {
+    // SAFETY: a sigset_t filled by sigfillset, applied to this thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
 }
 
 fn set_name(name: &str) {
