@@ -1,0 +1,1048 @@
+//! Real programs under `tiermem run` (transparent mode, issue 3), for real:
+//! Python, Redis (with a BGSAVE fork and a reload by a plain server), GNU sort
+//! and four C programs (stdio, threads, fork, mremap/madvise). Each runs once
+//! without tiermem, to prove the program and the test are right, and once
+//! under `tiermem run` with a DRAM budget several times smaller than its
+//! data; the outputs must agree and tiermem's `--stats` must show paging.
+//!
+//! A program that is not installed fails the test when `CI` is set (.ci/run
+//! installs them all) and skips it otherwise.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A run that takes longer than this has hung: kill it and fail.
+const RUN_TIMEOUT: Duration = Duration::from_secs(240);
+
+// ---------------------------------------------------------------------------
+// Plumbing: the library, scratch directories, programs, runs with a timeout.
+// ---------------------------------------------------------------------------
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// target/<profile>/libtiermem.so, built once per test binary for this test's
+/// profile (`cargo test` does not build the cdylib of another package).
+fn tiermem_lib() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "-p", "tiermem-capi"])
+            .current_dir(repo_root());
+        if release {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().unwrap().success(),
+            "building libtiermem.so failed"
+        );
+        let lib = dir.join("libtiermem.so");
+        assert!(lib.exists(), "libtiermem.so not built in {}", dir.display());
+        lib
+    })
+}
+
+/// A fresh directory under /var/tmp (the backing file's filesystem), removed
+/// on drop.
+fn scratch(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tiermem-run-{tag}-"))
+        .tempdir_in("/var/tmp")
+        .expect("cannot create a scratch directory in /var/tmp")
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return executable(&p).then_some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| executable(p))
+}
+
+/// The program's path; if it is missing, fail under CI and skip otherwise.
+fn need(name: &str) -> Option<PathBuf> {
+    match find_in_path(name) {
+        Some(p) => Some(p),
+        None if std::env::var_os("CI").is_some() => {
+            panic!("{name} is not installed, and CI must have it (.ci/run installs it)")
+        }
+        None => {
+            println!("skipped: {name} not installed");
+            None
+        }
+    }
+}
+
+/// `tiermem run --dram DRAM --backing BACKING --stats -- PROGRAM`; add the
+/// program's arguments to the result.
+fn tiermem_run(dram: &str, backing: &Path, program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tiermem"));
+    cmd.args(["run", "--dram", dram, "--backing"])
+        .arg(backing)
+        .args(["--stats", "--"])
+        .arg(program)
+        .env("TIERMEM_LIB", tiermem_lib());
+    cmd
+}
+
+fn kill_group(pgid: u32) {
+    // SAFETY: kill has no memory-safety preconditions; the group is one this
+    // test created (process_group(0) on spawn).
+    unsafe {
+        libc::kill(-(pgid as libc::pid_t), libc::SIGKILL);
+    }
+}
+
+struct Ran {
+    what: String,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    secs: f64,
+}
+
+impl Ran {
+    fn last_line(&self) -> &str {
+        self.stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}: {} after {:.1}s\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}",
+            self.what,
+            self.status,
+            self.secs,
+            tail(&self.stdout, 40),
+            tail(&self.stderr, 60)
+        )
+    }
+
+    /// Exit status 0 and a last line starting with "OK".
+    fn assert_ok(&self) {
+        assert!(
+            self.status.success() && self.last_line().starts_with("OK"),
+            "{} did not pass\n{}",
+            self.what,
+            self.describe()
+        );
+    }
+}
+
+fn tail(s: &str, lines: usize) -> String {
+    let all: Vec<&str> = s.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Runs cmd in its own process group with stdin closed, collecting stdout and
+/// stderr; kills the whole group and fails after RUN_TIMEOUT.
+fn run(mut cmd: Command, what: &str) -> Ran {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
+    let pgid = child.id();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_t = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > RUN_TIMEOUT {
+            kill_group(pgid);
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever the program left behind in its group goes too.
+    kill_group(pgid);
+    let stdout = String::from_utf8_lossy(&out_t.join().unwrap()).into_owned();
+    let stderr = String::from_utf8_lossy(&err_t.join().unwrap()).into_owned();
+    let secs = start.elapsed().as_secs_f64();
+    match status {
+        Some(status) => Ran {
+            what: what.to_string(),
+            status,
+            stdout,
+            stderr,
+            secs,
+        },
+        None => panic!(
+            "{what}: still running after {RUN_TIMEOUT:?} (hung?), killed\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}",
+            tail(&stdout, 40),
+            tail(&stderr, 60)
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// tiermem's --stats summary.
+// ---------------------------------------------------------------------------
+
+/// The first number in s (digits, with ',' or '_' allowed between digits).
+fn first_number(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let start = b.iter().position(u8::is_ascii_digit)?;
+    let mut digits = String::new();
+    let mut i = start;
+    while i < b.len() {
+        if b[i].is_ascii_digit() {
+            digits.push(b[i] as char);
+        } else if (b[i] == b',' || b[i] == b'_') && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            // a thousands separator
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    digits.parse().ok()
+}
+
+/// The page-out count from `--stats` output: the number after "page-outs"
+/// on its line (or else the first number on that line); the largest if the
+/// summary appears more than once. None if no line has a number.
+fn page_outs(stderr: &str) -> Option<u64> {
+    stderr
+        .lines()
+        .filter_map(|line| {
+            let lower = line.to_ascii_lowercase();
+            let at = lower.find("page-outs")?;
+            first_number(&lower[at + "page-outs".len()..]).or_else(|| first_number(&lower))
+        })
+        .max()
+}
+
+/// Checks that the `--stats` summary is there, and returns the page-outs.
+fn check_stats(what: &str, stderr: &str) -> u64 {
+    let lower = stderr.to_ascii_lowercase();
+    assert!(
+        lower.contains("page-outs") || lower.contains("peak resident"),
+        "{what}: no --stats summary on stderr at all. (Programs may close fd 2 before exit: \
+         coreutils' close_stdout does, so `sort` and `cat` lose a summary written to fd 2 at exit.)\n\
+         --- stderr (tail) ---\n{}",
+        tail(stderr, 60)
+    );
+    for word in ["faults", "page-ins", "page-outs", "peak resident"] {
+        assert!(
+            lower.contains(word),
+            "{what}: the --stats summary has no '{word}'\n--- stderr (tail) ---\n{}",
+            tail(stderr, 60)
+        );
+    }
+    page_outs(stderr).unwrap_or_else(|| {
+        panic!(
+            "{what}: no number on the page-outs line of --stats\n--- stderr (tail) ---\n{}",
+            tail(stderr, 60)
+        )
+    })
+}
+
+fn assert_paged(what: &str, stderr: &str) -> u64 {
+    let outs = check_stats(what, stderr);
+    assert!(
+        outs > 0,
+        "{what}: --stats shows no page-outs, so nothing was paged: the data should exceed the budget many times\n--- stderr (tail) ---\n{}",
+        tail(stderr, 60)
+    );
+    outs
+}
+
+// ---------------------------------------------------------------------------
+// The C programs (tests/c/preload_*.c).
+// ---------------------------------------------------------------------------
+
+fn compile_c(name: &str, dir: &Path) -> Option<PathBuf> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let cc = need(&cc)?;
+    let src = repo_root().join(format!("tests/c/{name}.c"));
+    let exe = dir.join(name);
+    let out = Command::new(&cc)
+        .args(["-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "compiling {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+/// Compiles tests/c/NAME.c, runs it without tiermem (it must pass: a failure
+/// under tiermem is then tiermem's), then under `tiermem run --dram DRAM`.
+/// `args` gets the run's own scratch directory.
+fn c_program(name: &str, dram: &str, args: &dyn Fn(&Path) -> Vec<String>) {
+    let tmp = scratch(name);
+    let Some(exe) = compile_c(name, tmp.path()) else {
+        return;
+    };
+    let native_dir = tmp.path().join("native");
+    let tiered_dir = tmp.path().join("tiered");
+    std::fs::create_dir(&native_dir).unwrap();
+    std::fs::create_dir(&tiered_dir).unwrap();
+
+    let mut cmd = Command::new(&exe);
+    cmd.args(args(&native_dir));
+    let native = run(cmd, &format!("{name} without tiermem"));
+    native.assert_ok();
+
+    let mut cmd = tiermem_run(dram, &tiered_dir, &exe);
+    cmd.args(args(&tiered_dir));
+    let tiered = run(cmd, &format!("{name} under tiermem run --dram {dram}"));
+    tiered.assert_ok();
+    let outs = assert_paged(&tiered.what, &tiered.stderr);
+    println!(
+        "{name}: {} | without tiermem {:.2}s, under tiermem {:.2}s, {outs} page-outs",
+        tiered.last_line(),
+        native.secs,
+        tiered.secs
+    );
+}
+
+/// fread, fscanf (through a fresh stdio buffer), read, pread and readv into
+/// fresh malloc'd buffers that nothing touched before the syscall. 1M is the
+/// smallest budget `tiermem run` accepts; the buffers are 2-11 MiB each.
+#[test]
+fn c_stdio_reads_into_untouched_tiered_buffers() {
+    c_program("preload_stdio", "1M", &|dir| {
+        vec![dir.join("data.txt").to_string_lossy().into_owned()]
+    });
+}
+
+/// The whole malloc family from 4 threads with content stamps, blocks passed
+/// between threads, and the edge cases (usable size, overflow, alignment,
+/// calloc zeroing).
+#[test]
+fn c_threads_stress_the_malloc_family() {
+    c_program("preload_threads", "8M", &|_| vec!["3000".into()]);
+}
+
+/// fork without exec over mostly evicted data: children and a grandchild see
+/// exactly what their parent had, while the parent keeps writing, and use
+/// new memory of their own. 48 MiB of malloc'd chunks and a 16 MiB mapping,
+/// 8x the budget (64 + 32 MiB took 40-60 s under tiermem).
+#[test]
+fn c_fork_children_see_evicted_pages() {
+    c_program("preload_fork", "8M", &|_| vec!["48".into(), "16".into()]);
+}
+
+/// mremap (grow, shrink, regrow, move), MADV_DONTNEED, MADV_FREE, munmap of
+/// a middle part and mprotect on a tiered mapping.
+#[test]
+fn c_mremap_madvise_munmap_mprotect() {
+    c_program("preload_remap", "1M", &|_| Vec::new());
+}
+
+// ---------------------------------------------------------------------------
+// Python.
+// ---------------------------------------------------------------------------
+
+/// python3 from PATH, resolved to the real interpreter (not a pyenv shim);
+/// if it lacks numpy and /usr/bin/python3 (where Debian's python3-numpy goes)
+/// has it, that one instead.
+fn pick_python() -> Option<PathBuf> {
+    let path_python = need("python3")?;
+    let probe = |py: &Path| -> Option<(PathBuf, bool)> {
+        let out = Command::new(py)
+            .args([
+                "-c",
+                "import sys, importlib.util; print(sys.executable); print(importlib.util.find_spec('numpy') is not None)",
+            ])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let exe = PathBuf::from(lines.next()?.trim());
+        let numpy = lines.next()? == "True";
+        (out.status.success() && find_in_path(exe.to_str()?).is_some()).then_some((exe, numpy))
+    };
+    let first = probe(&path_python)?;
+    if first.1 {
+        return Some(first.0);
+    }
+    if let Some(system) = probe(Path::new("/usr/bin/python3")).filter(|s| s.1) {
+        println!(
+            "python: {} has no numpy; using {}",
+            first.0.display(),
+            system.0.display()
+        );
+        return Some(system.0);
+    }
+    println!("python: no interpreter with numpy; the numpy part is skipped");
+    Some(first.0)
+}
+
+#[test]
+fn python_checksums_agree_without_and_with_tiermem() {
+    // Each of the three data sets is 4x the 16M budget. (32M and 128 MiB
+    // took 70-80 s under tiermem: Python dirties every object it reads, by
+    // reference counting, so each pass writes the list back.)
+    const MIB: &str = "64";
+    let Some(python) = pick_python() else {
+        return;
+    };
+    let script = repo_root().join("tests/programs/checksums.py");
+    let tmp = scratch("python");
+
+    let mut cmd = Command::new(&python);
+    cmd.arg(&script).arg(MIB);
+    let native = run(cmd, "checksums.py without tiermem");
+    native.assert_ok();
+
+    let mut cmd = tiermem_run("16M", tmp.path(), &python);
+    cmd.arg(&script).arg(MIB);
+    let tiered = run(cmd, "checksums.py under tiermem run --dram 16M");
+    tiered.assert_ok();
+    assert_eq!(
+        native.stdout, tiered.stdout,
+        "checksums.py printed different checksums under tiermem"
+    );
+    let outs = assert_paged(&tiered.what, &tiered.stderr);
+    println!(
+        "python ({}): without tiermem {:.2}s, under tiermem {:.2}s, {outs} page-outs\n{}",
+        python.display(),
+        native.secs,
+        tiered.secs,
+        native.stdout.trim_end()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// GNU sort.
+// ---------------------------------------------------------------------------
+
+struct Prng(u64);
+
+impl Prng {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// About `bytes` of text lines, deterministic: half of them start with one of
+/// 64 shared prefixes of up to 3000 bytes (so comparisons read deep into
+/// lines and across pages), lengths vary widely, and 1% are duplicates.
+fn write_sort_input(path: &Path, bytes: u64) -> u64 {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789 ";
+    let mut rng = Prng(0x5041_5254);
+    let word = |rng: &mut Prng, len: u64| -> Vec<u8> {
+        (0..len)
+            .map(|_| ALPHABET[rng.below(ALPHABET.len() as u64) as usize])
+            .collect()
+    };
+    let prefixes: Vec<Vec<u8>> = (0..64)
+        .map(|_| {
+            let len = rng.below(3000);
+            word(&mut rng, len)
+        })
+        .collect();
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(path).unwrap());
+    let mut written = 0u64;
+    let mut lines = 0u64;
+    let mut line = Vec::new();
+    while written < bytes {
+        if rng.below(100) != 0 || line.is_empty() {
+            line.clear();
+            if rng.below(2) == 0 {
+                line.extend_from_slice(&prefixes[rng.below(64) as usize]);
+            }
+            let len = 1 + rng.below(1200);
+            line.extend(word(&mut rng, len));
+            line.push(b'\n');
+        }
+        out.write_all(&line).unwrap();
+        written += line.len() as u64;
+        lines += 1;
+    }
+    out.flush().unwrap();
+    lines
+}
+
+/// Byte-for-byte comparison of two files; Err says where they differ.
+fn compare_files(a: &Path, b: &Path) -> Result<u64, String> {
+    let (la, lb) = (
+        std::fs::metadata(a).unwrap().len(),
+        std::fs::metadata(b).unwrap().len(),
+    );
+    if la != lb {
+        return Err(format!("sizes differ: {la} and {lb} bytes"));
+    }
+    let mut ra = BufReader::with_capacity(1 << 20, File::open(a).unwrap());
+    let mut rb = BufReader::with_capacity(1 << 20, File::open(b).unwrap());
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    let mut off = 0u64;
+    while off < la {
+        let n = ((la - off) as usize).min(ba.len());
+        ra.read_exact(&mut ba[..n]).unwrap();
+        rb.read_exact(&mut bb[..n]).unwrap();
+        if let Some(i) = (0..n).find(|&i| ba[i] != bb[i]) {
+            return Err(format!("first difference at byte {}", off + i as u64));
+        }
+        off += n as u64;
+    }
+    Ok(la)
+}
+
+fn assert_sorted(path: &Path) {
+    let mut prev: Option<Vec<u8>> = None;
+    for (i, line) in BufReader::with_capacity(1 << 20, File::open(path).unwrap())
+        .split(b'\n')
+        .enumerate()
+    {
+        let line = line.unwrap();
+        if let Some(p) = &prev {
+            assert!(p <= &line, "sort output is not sorted at line {}", i + 1);
+        }
+        prev = Some(line);
+    }
+}
+
+#[test]
+fn sort_output_is_identical_without_and_with_tiermem() {
+    let Some(sort) = need("sort") else {
+        return;
+    };
+    let tmp = scratch("sort");
+    let input = tmp.path().join("input.txt");
+    let lines = write_sort_input(&input, 96 << 20); // 6x the 16M budget
+    let sort_cmd = |mut cmd: Command, out: &Path| {
+        cmd.args(["-S", "200M", "--parallel=1", "-T"])
+            .arg(tmp.path())
+            .arg("-o")
+            .arg(out)
+            .arg(&input)
+            .env("LC_ALL", "C");
+        cmd
+    };
+
+    let out_native = tmp.path().join("sorted-native.txt");
+    let native = run(
+        sort_cmd(Command::new(&sort), &out_native),
+        "sort without tiermem",
+    );
+    assert!(native.status.success(), "{}", native.describe());
+    assert_sorted(&out_native);
+
+    let out_tiered = tmp.path().join("sorted-tiermem.txt");
+    let backing = tmp.path().join("backing");
+    std::fs::create_dir(&backing).unwrap();
+    let tiered = run(
+        sort_cmd(tiermem_run("16M", &backing, &sort), &out_tiered),
+        "sort under tiermem run --dram 16M",
+    );
+    assert!(tiered.status.success(), "{}", tiered.describe());
+    let bytes = compare_files(&out_native, &out_tiered)
+        .unwrap_or_else(|e| panic!("sort output differs under tiermem: {e}"));
+    assert_eq!(bytes, std::fs::metadata(&input).unwrap().len());
+    let outs = assert_paged(&tiered.what, &tiered.stderr);
+    println!(
+        "sort: {lines} lines, {bytes} bytes | without tiermem {:.2}s, under tiermem {:.2}s, {outs} page-outs",
+        native.secs, tiered.secs
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Redis.
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Status(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+/// A minimal RESP2 client: commands go out as arrays of bulk strings.
+struct Resp {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl Resp {
+    fn connect(port: u16) -> io::Result<Resp> {
+        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+        stream.set_nodelay(true)?;
+        let reader = BufReader::with_capacity(1 << 16, stream.try_clone()?);
+        Ok(Resp { stream, reader })
+    }
+
+    fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    fn send(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.stream.write_all(buf)
+    }
+
+    fn line(&mut self) -> io::Result<String> {
+        let mut line = Vec::new();
+        self.reader.read_until(b'\n', &mut line)?;
+        if !line.ends_with(b"\r\n") {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed mid-reply",
+            ));
+        }
+        line.truncate(line.len() - 2);
+        String::from_utf8(line).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    fn read(&mut self) -> io::Result<Reply> {
+        let line = self.line()?;
+        let bad =
+            |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {line:?}"));
+        let (kind, rest) = line.split_at(line.len().min(1));
+        let num = || rest.parse::<i64>().map_err(|_| bad("bad number"));
+        match kind {
+            "+" => Ok(Reply::Status(rest.to_string())),
+            "-" => Ok(Reply::Error(rest.to_string())),
+            ":" => Ok(Reply::Int(num()?)),
+            "$" => {
+                let n = num()?;
+                if n < 0 {
+                    return Ok(Reply::Bulk(None));
+                }
+                let mut buf = vec![0u8; n as usize + 2];
+                self.reader.read_exact(&mut buf)?;
+                if !buf.ends_with(b"\r\n") {
+                    return Err(bad("bulk string without CRLF"));
+                }
+                buf.truncate(n as usize);
+                Ok(Reply::Bulk(Some(buf)))
+            }
+            "*" => {
+                let n = num()?;
+                if n < 0 {
+                    return Ok(Reply::Array(None));
+                }
+                let items = (0..n).map(|_| self.read()).collect::<io::Result<_>>()?;
+                Ok(Reply::Array(Some(items)))
+            }
+            _ => Err(bad("unknown reply type")),
+        }
+    }
+
+    fn cmd(&mut self, args: &[&[u8]]) -> io::Result<Reply> {
+        let mut buf = Vec::new();
+        Self::encode(&mut buf, args);
+        self.send(&buf)?;
+        self.read()
+    }
+
+    /// One field of INFO SECTION.
+    fn info_field(&mut self, section: &str, key: &str) -> io::Result<Option<String>> {
+        match self.cmd(&[b"INFO", section.as_bytes()])? {
+            Reply::Bulk(Some(text)) => Ok(String::from_utf8_lossy(&text)
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.trim().to_string())),
+            other => Err(io::Error::other(format!(
+                "INFO {section}: unexpected reply {other:?}"
+            ))),
+        }
+    }
+}
+
+const KEYS: u32 = 40_000;
+const VALUE_LEN: usize = 4096; // 40,000 x 4 KiB = 160 MiB, 5x the 32M budget
+const BATCH: u32 = 100;
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key:{i}").into_bytes()
+}
+
+fn value(i: u32) -> Vec<u8> {
+    let mut rng = Prng(0xDA7A_0000_0000 + u64::from(i));
+    let mut v = Vec::with_capacity(VALUE_LEN);
+    while v.len() < VALUE_LEN {
+        v.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    v.truncate(VALUE_LEN);
+    v
+}
+
+fn load_keys(conn: &mut Resp) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(BATCH as usize * (VALUE_LEN + 64));
+    for start in (0..KEYS).step_by(BATCH as usize) {
+        let end = (start + BATCH).min(KEYS);
+        buf.clear();
+        for i in start..end {
+            Resp::encode(&mut buf, &[b"SET", &key(i), &value(i)]);
+        }
+        conn.send(&buf)?;
+        for i in start..end {
+            let r = conn.read()?;
+            if r != Reply::Status("OK".into()) {
+                return Err(io::Error::other(format!("SET key:{i}: {r:?}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// GETs every key (pipelined) and compares it byte for byte; returns
+/// (lost, corrupt, a description of the first problem).
+fn check_keys(conn: &mut Resp) -> io::Result<(u32, u32, Option<String>)> {
+    let (mut lost, mut corrupt, mut first) = (0, 0, None);
+    let mut buf = Vec::new();
+    for start in (0..KEYS).step_by(BATCH as usize) {
+        let end = (start + BATCH).min(KEYS);
+        buf.clear();
+        for i in start..end {
+            Resp::encode(&mut buf, &[b"GET", &key(i)]);
+        }
+        conn.send(&buf)?;
+        for i in start..end {
+            match conn.read()? {
+                Reply::Bulk(Some(v)) if v == value(i) => {}
+                Reply::Bulk(Some(v)) => {
+                    corrupt += 1;
+                    let want = value(i);
+                    let at = (0..v.len().min(want.len())).find(|&j| v[j] != want[j]);
+                    first.get_or_insert_with(|| {
+                        format!(
+                            "key:{i} corrupt: {} bytes, first difference at {at:?}",
+                            v.len()
+                        )
+                    });
+                }
+                other => {
+                    lost += 1;
+                    first.get_or_insert_with(|| format!("key:{i} lost: {other:?}"));
+                }
+            }
+        }
+    }
+    Ok((lost, corrupt, first))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A redis-server (possibly under `tiermem run`) in its own process group;
+/// killed, with everything it forked, on every exit path.
+struct Server {
+    name: &'static str,
+    child: Child,
+    port: u16,
+    stdout_log: PathBuf,
+    stderr_log: PathBuf,
+    redis_pid: Option<i32>,
+    reaped: Option<ExitStatus>,
+}
+
+impl Server {
+    fn start(name: &'static str, mut cmd: Command, port: u16, logs: &Path) -> Server {
+        let stdout_log = logs.join(format!("{name}.stdout"));
+        let stderr_log = logs.join(format!("{name}.stderr"));
+        cmd.stdin(Stdio::null())
+            .stdout(File::create(&stdout_log).unwrap())
+            .stderr(File::create(&stderr_log).unwrap())
+            .process_group(0);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: cannot start {cmd:?}: {e}"));
+        Server {
+            name,
+            child,
+            port,
+            stdout_log,
+            stderr_log,
+            redis_pid: None,
+            reaped: None,
+        }
+    }
+
+    /// The server's log (its stdout): warnings, crash headers and the tail;
+    /// and tiermem's stderr.
+    fn logs(&self) -> String {
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        let log = read(&self.stdout_log);
+        let notable: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                [
+                    "warning",
+                    "crash",
+                    "signal",
+                    "error",
+                    "fail",
+                    "tiermem",
+                    "bug report",
+                ]
+                .iter()
+                .any(|w| l.contains(w))
+            })
+            .take(30)
+            .collect();
+        format!(
+            "--- {} log: notable lines ---\n{}\n--- {} log (tail) ---\n{}\n--- {} stderr (tail) ---\n{}",
+            self.name,
+            notable.join("\n"),
+            self.name,
+            tail(&log, 20),
+            self.name,
+            tail(&read(&self.stderr_log), 60)
+        )
+    }
+
+    /// The value of a request to the server, or a failure with its logs.
+    fn ok<T>(&self, r: io::Result<T>, what: &str) -> T {
+        r.unwrap_or_else(|e| panic!("{}: {what}: {e}\n{}", self.name, self.logs()))
+    }
+
+    /// Waits until the server answers PING (not -LOADING), then connects.
+    fn wait_ready(&mut self, timeout: Duration) -> Resp {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                self.reaped = Some(status);
+                panic!(
+                    "{} exited before answering PING: {status}\n{}",
+                    self.name,
+                    self.logs()
+                );
+            }
+            if let Ok(mut conn) = Resp::connect(self.port) {
+                match conn.cmd(&[b"PING"]) {
+                    Ok(Reply::Status(s)) if s == "PONG" => {
+                        self.redis_pid = conn
+                            .info_field("server", "process_id")
+                            .ok()
+                            .flatten()
+                            .and_then(|p| p.parse().ok());
+                        return conn;
+                    }
+                    Ok(Reply::Error(e)) if e.starts_with("LOADING") => {}
+                    Ok(other) => panic!("{}: PING answered {other:?}", self.name),
+                    Err(_) => {}
+                }
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{} did not answer PING within {timeout:?}\n{}",
+                self.name,
+                self.logs()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SHUTDOWN NOSAVE and wait for the process (tiermem run, if any) to exit.
+    fn shutdown(&mut self, conn: &mut Resp) -> ExitStatus {
+        // The server closes the connection instead of answering.
+        let _ = conn.cmd(&[b"SHUTDOWN", b"NOSAVE"]);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                self.reaped = Some(status);
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{} did not exit within 60 s of SHUTDOWN NOSAVE\n{}",
+                self.name,
+                self.logs()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.reaped.is_none() {
+            kill_group(self.child.id());
+            if let Some(pid) = self.redis_pid {
+                // SAFETY: kill has no memory-safety preconditions; pid is the
+                // live server this test started (our child still holds it).
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn redis_args(cmd: &mut Command, port: u16, dir: &Path) {
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir)
+        .args(["--dbfilename", "dump.rdb", "--daemonize", "no"]);
+}
+
+#[test]
+fn redis_keeps_every_key_through_paging_and_a_bgsave_fork() {
+    let Some(redis) = need("redis-server") else {
+        return;
+    };
+    let tmp = scratch("redis");
+    let data = tmp.path().join("data");
+    let backing = tmp.path().join("backing");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::create_dir(&backing).unwrap();
+    let t0 = Instant::now();
+
+    // 1. A tiered server: load 5x the budget, read everything back.
+    let port = free_port();
+    let mut cmd = tiermem_run("32M", &backing, &redis);
+    redis_args(&mut cmd, port, &data);
+    let mut tiered = Server::start(
+        "redis-server under tiermem run --dram 32M",
+        cmd,
+        port,
+        tmp.path(),
+    );
+    let mut conn = tiered.wait_ready(Duration::from_secs(60));
+    tiered.ok(load_keys(&mut conn), "loading the keys");
+    let t_load = t0.elapsed();
+    let (lost, corrupt, first) = tiered.ok(check_keys(&mut conn), "reading the keys back");
+    assert!(
+        lost == 0 && corrupt == 0,
+        "redis under tiermem: {lost} keys lost, {corrupt} corrupt of {KEYS}; first: {}\n{}",
+        first.unwrap_or_default(),
+        tiered.logs()
+    );
+    assert_eq!(
+        tiered.ok(conn.cmd(&[b"DBSIZE"]), "DBSIZE"),
+        Reply::Int(i64::from(KEYS))
+    );
+
+    // 2. BGSAVE forks the server: the child must see every (evicted) page.
+    match tiered.ok(conn.cmd(&[b"BGSAVE"]), "BGSAVE") {
+        Reply::Status(_) => {}
+        other => panic!("BGSAVE: {other:?}\n{}", tiered.logs()),
+    }
+    let start = Instant::now();
+    loop {
+        let in_progress = tiered.ok(
+            conn.info_field("persistence", "rdb_bgsave_in_progress"),
+            "INFO persistence",
+        );
+        if in_progress.as_deref() == Some("0") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "BGSAVE still running after 180 s\n{}",
+            tiered.logs()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let status = tiered.ok(
+        conn.info_field("persistence", "rdb_last_bgsave_status"),
+        "INFO persistence",
+    );
+    assert_eq!(
+        status.as_deref(),
+        Some("ok"),
+        "BGSAVE under tiermem failed\n{}",
+        tiered.logs()
+    );
+    let t_save = t0.elapsed();
+    let exit = tiered.shutdown(&mut conn);
+    assert!(
+        exit.success(),
+        "redis under tiermem exited with {exit} after SHUTDOWN\n{}",
+        tiered.logs()
+    );
+    let stderr = std::fs::read_to_string(&tiered.stderr_log).unwrap();
+    let outs = assert_paged(tiered.name, &stderr);
+    drop(tiered);
+
+    // 3. A plain server loads the dump the forked child wrote.
+    let port = free_port();
+    let mut cmd = Command::new(&redis);
+    redis_args(&mut cmd, port, &data);
+    let mut plain = Server::start("redis-server without tiermem", cmd, port, tmp.path());
+    let mut conn = plain.wait_ready(Duration::from_secs(120));
+    assert_eq!(
+        plain.ok(conn.cmd(&[b"DBSIZE"]), "DBSIZE"),
+        Reply::Int(i64::from(KEYS)),
+        "the dump written by the BGSAVE child under tiermem"
+    );
+    let (lost, corrupt, first) = plain.ok(check_keys(&mut conn), "reading the keys back");
+    assert!(
+        lost == 0 && corrupt == 0,
+        "the dump written by the BGSAVE child under tiermem: {lost} keys lost, {corrupt} corrupt of {KEYS}; first: {}",
+        first.unwrap_or_default()
+    );
+    plain.shutdown(&mut conn);
+    println!(
+        "redis: {KEYS} keys x {VALUE_LEN} B | loaded {:.1}s, checked and saved {:.1}s, reloaded and checked {:.1}s | {outs} page-outs",
+        t_load.as_secs_f64(),
+        (t_save - t_load).as_secs_f64(),
+        (t0.elapsed() - t_save).as_secs_f64()
+    );
+}
