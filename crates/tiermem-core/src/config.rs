@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
+use crate::io_config::IoSettings;
 
 pub const ENV_DRAM: &str = "TIERMEM_DRAM";
 pub const ENV_BACKING: &str = "TIERMEM_BACKING";
@@ -34,15 +35,19 @@ pub enum PolicyKind {
     /// Second chance with real reference detection: write faults and
     /// soft-unmapped probation (see `policy::clock`). The default.
     Clock,
+    /// Scan-resistant S3-FIFO: a small FIFO for new pages, a main CLOCK for
+    /// pages referenced again, a ghost of recent victims (see `policy::s3fifo`).
+    S3Fifo,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 2] = [PolicyKind::Fifo, PolicyKind::Clock];
+    pub const ALL: [PolicyKind; 3] = [PolicyKind::Fifo, PolicyKind::Clock, PolicyKind::S3Fifo];
 
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Fifo => "fifo",
             PolicyKind::Clock => "clock",
+            PolicyKind::S3Fifo => "s3fifo",
         }
     }
 }
@@ -53,7 +58,8 @@ impl FromStr for PolicyKind {
         match s.trim().to_ascii_lowercase().as_str() {
             "fifo" => Ok(PolicyKind::Fifo),
             "clock" | "second-chance" => Ok(PolicyKind::Clock),
-            _ => Err(invalid(ENV_POLICY, s, "expected fifo or clock")),
+            "s3fifo" | "s3-fifo" => Ok(PolicyKind::S3Fifo),
+            _ => Err(invalid(ENV_POLICY, s, "expected fifo, clock or s3fifo")),
         }
     }
 }
@@ -160,6 +166,8 @@ pub struct Config {
     pub policy: PolicyKind,
     /// Threads that read and serve userfaultfd events.
     pub handler_threads: usize,
+    /// Engine, queue depth, polling and read-ahead.
+    pub io: IoSettings,
 }
 
 impl Default for Config {
@@ -171,6 +179,7 @@ impl Default for Config {
             page_size: MIN_PAGE_SIZE,
             policy: PolicyKind::Clock,
             handler_threads: default_handler_threads(),
+            io: IoSettings::default(),
         }
     }
 }
@@ -224,6 +233,7 @@ impl Config {
                 )
             })?);
         }
+        b.io = Some(IoSettings::from_lookup(&lookup)?);
         b.build()
     }
 
@@ -239,6 +249,7 @@ impl Config {
         if let Some(size) = self.backing_size {
             env.push((ENV_BACKING_SIZE, size.to_string()));
         }
+        self.io.to_env(&mut env);
         env
     }
 
@@ -256,6 +267,7 @@ pub struct ConfigBuilder {
     page_size: Option<u64>,
     policy: Option<PolicyKind>,
     handler_threads: Option<usize>,
+    io: Option<IoSettings>,
 }
 
 impl ConfigBuilder {
@@ -281,6 +293,10 @@ impl ConfigBuilder {
     }
     pub fn handler_threads(mut self, n: usize) -> Self {
         self.handler_threads = Some(n);
+        self
+    }
+    pub fn io(mut self, io: IoSettings) -> Self {
+        self.io = Some(io);
         self
     }
 
@@ -331,6 +347,7 @@ impl ConfigBuilder {
             page_size,
             policy: self.policy.unwrap_or(defaults.policy),
             handler_threads,
+            io: self.io.unwrap_or_default(),
         })
     }
 }
@@ -416,7 +433,7 @@ mod tests {
         let cases = [
             (ENV_PAGE_SIZE, "3000", "power of two"),
             (ENV_PAGE_SIZE, "4M", "power of two"),
-            (ENV_POLICY, "lru-ish", "fifo or clock"),
+            (ENV_POLICY, "lru-ish", "fifo, clock or s3fifo"),
             (ENV_HANDLER_THREADS, "0", "1 to 64"),
             (ENV_HANDLER_THREADS, "many", "1 to 64"),
             (ENV_DRAM, "4K", "at least 16 pages"),

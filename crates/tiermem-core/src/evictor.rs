@@ -150,9 +150,13 @@ impl<'a> Evictor<'a> {
                     self.probation.push_back(d.page);
                 }
                 None => {
+                    count_if_wasted(rt, d.state);
                     rt.table.finish(
                         d.page,
-                        d.state.with_kind(Kind::Stored).with_referenced(false),
+                        d.state
+                            .with_kind(Kind::Stored)
+                            .with_referenced(false)
+                            .with_prefetched(false),
                     );
                     rt.budget.uncharge(1);
                     Counters::add(&rt.counters.clean_drops, 1);
@@ -258,7 +262,9 @@ impl<'a> Evictor<'a> {
 
     fn drop_clean(&self, page: PageNo, state: PageState, frame: FrameNo) {
         let rt = self.rt;
-        rt.table.finish(page, state.with_kind(Kind::Stored));
+        count_if_wasted(rt, state);
+        rt.table
+            .finish(page, state.with_kind(Kind::Stored).with_prefetched(false));
         rt.frames.release(frame);
         rt.budget.uncharge(1);
         Counters::add(&rt.counters.clean_drops, 1);
@@ -364,6 +370,13 @@ impl Evictor<'_> {
             self.rt.table.finish(page, state);
             self.probation.push_front(page);
         }
+    }
+}
+
+/// A read-ahead page leaves DRAM without having been used.
+fn count_if_wasted(rt: &Shared, state: PageState) {
+    if state.is_prefetched() {
+        Counters::add(&rt.counters.prefetch_wasted, 1);
     }
 }
 

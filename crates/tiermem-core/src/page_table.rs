@@ -38,6 +38,8 @@ const DIRTY: u64 = 1 << 3;
 const REFERENCED: u64 = 1 << 4;
 /// The page has an entry in the policy's queue.
 const QUEUED: u64 = 1 << 5;
+/// Read ahead, and not yet known to have been used.
+const PREFETCHED: u64 = 1 << 6;
 const SLOT_SHIFT: u32 = 16;
 
 /// A decoded copy of a page's state word.
@@ -63,6 +65,16 @@ impl PageState {
     }
     pub fn is_referenced(self) -> bool {
         self.0 & REFERENCED != 0
+    }
+    pub fn is_prefetched(self) -> bool {
+        self.0 & PREFETCHED != 0
+    }
+    pub fn with_prefetched(self, prefetched: bool) -> PageState {
+        PageState(if prefetched {
+            self.0 | PREFETCHED
+        } else {
+            self.0 & !PREFETCHED
+        })
     }
     pub fn is_queued(self) -> bool {
         self.0 & QUEUED != 0
@@ -113,6 +125,9 @@ impl std::fmt::Debug for PageState {
         }
         if self.is_referenced() {
             f.write_str("+ref")?;
+        }
+        if self.is_prefetched() {
+            f.write_str("+prefetched")?;
         }
         if self.is_queued() {
             f.write_str("+queued")?;

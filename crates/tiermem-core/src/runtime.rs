@@ -26,8 +26,10 @@ use crate::sys::mem::{zap, EventFd, Mapping};
 use crate::sys::thread::{self, Thread};
 use crate::sys::uffd::{Fault, Uffd};
 
-/// Most address space one arena reserves (it costs page tables only when used).
-const MAX_ARENA_BYTES: u64 = 64 << 40;
+/// Most address space one arena reserves (it costs page tables only when
+/// used). x86-64 user space is 128 TiB, and a process may hold several
+/// runtimes (tests do), so 4 TiB each.
+const MAX_ARENA_BYTES: u64 = 4 << 40;
 
 /// State shared by the API, the handler threads and the evictor.
 pub(crate) struct Shared {
@@ -58,6 +60,9 @@ pub(crate) struct Shared {
     /// Pages in probation, in order, while no evictor thread holds them
     /// (before it starts, while it is parked for a fork).
     probation_queue: Mutex<VecDeque<PageNo>>,
+    /// How faults read pages, for the stats (set by the first handler).
+    io_engine: Mutex<&'static str>,
+    io_fallback_reported: AtomicBool,
     /// Read ends of one pipe per forked child that still shares our slots.
     pub fork_leases: Mutex<Vec<OwnedFd>>,
     evictor_wake: (Mutex<bool>, Condvar),
@@ -99,6 +104,18 @@ impl Shared {
     #[inline]
     pub fn page_addr(&self, page: PageNo) -> usize {
         self.arena.addr() + page as usize * self.page_size
+    }
+
+    pub fn note_io_engine(&self, engine: &'static str) {
+        *self.io_engine.lock().unwrap_or_else(|p| p.into_inner()) = engine;
+    }
+
+    /// io_uring could not be set up: say why once, and read with pread.
+    pub fn note_io_fallback(&self, reason: &str) {
+        self.note_io_engine("pread (io_uring unavailable)");
+        if !self.io_fallback_reported.swap(true, Ordering::Relaxed) {
+            eprintln!("tiermem: io_uring is unavailable ({reason}); page reads use pread, one at a time per handler thread");
+        }
     }
 
     pub fn take_probation_queue(&self) -> VecDeque<PageNo> {
@@ -283,6 +300,8 @@ impl Runtime {
             pause: Pause::new()?,
             probation_queue: Mutex::new(VecDeque::new()),
             fork_leases: Mutex::new(Vec::new()),
+            io_engine: Mutex::new("pread"),
+            io_fallback_reported: AtomicBool::new(false),
             evictor_wake: (Mutex::new(false), Condvar::new()),
             io_error_reported: AtomicBool::new(false),
             bad_access_reported: AtomicBool::new(false),
@@ -548,7 +567,7 @@ impl Runtime {
         s.fault_latency = rt.fault_latency.summary();
         s.policy = rt.policy.kind().name();
         let info = rt.store().info();
-        s.io_engine = info.engine;
+        s.io_engine = *rt.io_engine.lock().unwrap_or_else(|p| p.into_inner());
         s.backing_path = info.path.display().to_string();
         s.backing_is_block_device = info.block_device;
         s.direct_io = info.direct_io;

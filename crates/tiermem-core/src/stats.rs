@@ -16,6 +16,11 @@ pub struct Counters {
     pub zero_fills: AtomicU64,
     pub page_ins: AtomicU64,
     pub probation_hits: AtomicU64,
+    pub prefetch_issued: AtomicU64,
+    pub prefetch_hits: AtomicU64,
+    pub prefetch_wasted: AtomicU64,
+    pub io_batches: AtomicU64,
+    pub max_in_flight: AtomicU64,
     pub page_outs: AtomicU64,
     pub clean_drops: AtomicU64,
     pub zero_drops: AtomicU64,
@@ -126,6 +131,17 @@ pub struct Stats {
     pub page_ins: u64,
     /// Pages brought back from probation without I/O (references detected).
     pub probation_hits: u64,
+    /// Pages read ahead of demand (sequential or strided streams).
+    pub prefetch_issued: u64,
+    /// Read-ahead pages later used (a fault found them, the stream moved
+    /// past them, or they were written).
+    pub prefetch_hits: u64,
+    /// Read-ahead pages evicted unused.
+    pub prefetch_wasted: u64,
+    /// io_uring submissions of page reads.
+    pub io_batches: u64,
+    /// Most page reads one handler had in flight at once.
+    pub max_in_flight: u64,
     /// Pages written to the store.
     pub page_outs: u64,
     /// Clean pages dropped without a write: their store copy was still valid.
@@ -163,6 +179,10 @@ pub struct Stats {
 }
 
 impl Counters {
+    pub fn max(counter: &AtomicU64, n: u64) {
+        counter.fetch_max(n, Relaxed);
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
     }
@@ -174,6 +194,11 @@ impl Counters {
         s.zero_fills = self.zero_fills.load(Relaxed);
         s.page_ins = self.page_ins.load(Relaxed);
         s.probation_hits = self.probation_hits.load(Relaxed);
+        s.prefetch_issued = self.prefetch_issued.load(Relaxed);
+        s.prefetch_hits = self.prefetch_hits.load(Relaxed);
+        s.prefetch_wasted = self.prefetch_wasted.load(Relaxed);
+        s.io_batches = self.io_batches.load(Relaxed);
+        s.max_in_flight = self.max_in_flight.load(Relaxed);
         s.page_outs = self.page_outs.load(Relaxed);
         s.clean_drops = self.clean_drops.load(Relaxed);
         s.zero_drops = self.zero_drops.load(Relaxed);

@@ -280,6 +280,12 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// Bytes of address space in the lazily committed zone.
+    pub fn lazy_zone_bytes(&self) -> u64 {
+        let rt = self.shared();
+        rt.arena.len() as u64 - rt.lazy_start as u64 * rt.page_size as u64
+    }
+
     /// The arena's address range `[start, end)`.
     pub fn arena_bounds(&self) -> (usize, usize) {
         let rt = self.shared();

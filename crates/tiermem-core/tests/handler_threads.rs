@@ -77,6 +77,14 @@ fn one_handler_pinned_to_each_cpu() {
     drop(rt);
     // The explicit setting still wins.
     let _two = runtime(16 << 20, 4096, PolicyKind::Clock);
+    // io_uring's kernel workers briefly carry the name of the thread that
+    // spawned them; let them settle.
+    for _ in 0..100 {
+        if handler_affinities().len() == 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert_eq!(
         handler_affinities().len(),
         2,

@@ -6,8 +6,8 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{resident_bytes, runtime, Rng, Stamped, UNIT};
-use tiermem_core::PolicyKind;
+use common::{resident_bytes, runtime_io, Rng, Stamped, UNIT};
+use tiermem_core::{IoEngine, IoSettings, PolicyKind, PollMode};
 
 const REGION: usize = 256 << 20;
 const BUDGET: u64 = 32 << 20;
@@ -15,7 +15,11 @@ const THREADS: usize = 3;
 const HAMMER: Duration = Duration::from_secs(3);
 
 fn hammer(policy: PolicyKind, page_size: usize) {
-    let rt = runtime(BUDGET, page_size, policy);
+    hammer_io(policy, page_size, IoSettings::default());
+}
+
+fn hammer_io(policy: PolicyKind, page_size: usize, io: IoSettings) {
+    let rt = runtime_io(BUDGET, page_size, policy, io);
     let base = rt.alloc(REGION).expect("alloc").as_ptr();
     let stamped = Stamped::stamp(base, REGION);
     let stop = AtomicBool::new(false);
@@ -58,7 +62,7 @@ fn hammer(policy: PolicyKind, page_size: usize) {
     );
     stamped
         .verify()
-        .unwrap_or_else(|e| panic!("{policy:?}/{page_size}: {e}"));
+        .unwrap_or_else(|e| panic!("{policy:?}/{page_size}/{io:?}: {e}"));
     let stats = rt.stats();
     assert!(
         stats.page_outs > 0 && stats.page_ins > 0,
@@ -100,4 +104,90 @@ fn clock_4k_pages() {
 #[test]
 fn clock_64k_pages() {
     hammer(PolicyKind::Clock, 64 << 10);
+}
+
+#[test]
+fn pread_fallback_4k_pages() {
+    hammer_io(
+        PolicyKind::Clock,
+        4096,
+        IoSettings {
+            engine: IoEngine::Psync,
+            ..IoSettings::default()
+        },
+    );
+}
+
+#[test]
+fn io_uring_without_readahead() {
+    hammer_io(
+        PolicyKind::Clock,
+        4096,
+        IoSettings {
+            readahead: false,
+            ..IoSettings::default()
+        },
+    );
+}
+
+#[test]
+fn io_uring_with_sqpoll_and_depth_one() {
+    hammer_io(
+        PolicyKind::Fifo,
+        4096,
+        IoSettings {
+            poll: PollMode::Sqpoll,
+            depth: 1,
+            ..IoSettings::default()
+        },
+    );
+}
+
+#[test]
+fn clock_16k_pages() {
+    hammer(PolicyKind::Clock, 16 << 10);
+}
+
+#[test]
+fn clock_2m_pages() {
+    hammer(PolicyKind::Clock, 2 << 20);
+}
+
+/// Sequential scans (forward and backward) over 8x the budget: read-ahead
+/// must kick in, be used, and lose nothing; without it, none is issued.
+#[test]
+fn sequential_scans_read_ahead_and_keep_every_page() {
+    for readahead in [true, false] {
+        let io = IoSettings {
+            readahead,
+            ..IoSettings::default()
+        };
+        let rt = runtime_io(BUDGET, 4096, PolicyKind::Clock, io);
+        let base = rt.alloc(REGION).expect("alloc").as_ptr();
+        let stamped = Stamped::stamp(base, REGION);
+        for unit in 0..stamped.units {
+            assert!(stamped.read_ok(unit), "forward scan: unit {unit} lost");
+        }
+        for unit in (0..stamped.units).rev() {
+            assert!(stamped.read_ok(unit), "backward scan: unit {unit} lost");
+        }
+        stamped.verify().unwrap();
+        let st = rt.stats();
+        eprintln!(
+            "readahead {readahead}: {} page-ins, {} prefetched, {} used, {} wasted",
+            st.page_ins, st.prefetch_issued, st.prefetch_hits, st.prefetch_wasted
+        );
+        if readahead {
+            assert!(
+                st.prefetch_issued > st.page_ins / 2,
+                "scans must be read ahead: {st:?}"
+            );
+            assert!(
+                st.prefetch_hits > st.prefetch_issued / 2,
+                "read-ahead must be used: {st:?}"
+            );
+        } else {
+            assert_eq!(st.prefetch_issued, 0);
+        }
+    }
 }

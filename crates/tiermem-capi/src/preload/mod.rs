@@ -115,9 +115,11 @@ fn start() -> Result<(), String> {
 /// mimalloc, which from then on may not take object memory from the OS.
 fn give_mimalloc_its_arena(rt: &'static Runtime) -> Result<(), String> {
     let capacity = rt.stats().backing_capacity_bytes as usize;
+    let room = (rt.lazy_zone_bytes() / 2) as usize;
     let len = capacity
         .saturating_mul(2)
         .clamp(MALLOC_ARENA_MIN, MALLOC_ARENA_MAX)
+        .min(room)
         / MIMALLOC_SEGMENT
         * MIMALLOC_SEGMENT;
     let region = rt

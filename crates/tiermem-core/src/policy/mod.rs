@@ -7,9 +7,11 @@
 
 mod clock;
 mod fifo;
+mod s3fifo;
 
 pub use clock::Clock;
 pub use fifo::Fifo;
+pub use s3fifo::S3Fifo;
 
 use crate::config::PolicyKind;
 use crate::page_table::{PageNo, PageTable};
@@ -33,6 +35,7 @@ pub fn new_policy(kind: PolicyKind) -> Box<dyn Policy> {
     match kind {
         PolicyKind::Fifo => Box::new(Fifo::default()),
         PolicyKind::Clock => Box::new(Clock::default()),
+        PolicyKind::S3Fifo => Box::new(S3Fifo::default()),
     }
 }
 

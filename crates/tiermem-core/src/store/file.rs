@@ -265,6 +265,14 @@ impl Store for FileStore {
         Ok(())
     }
 
+    fn read_target(&self, slot: u64) -> (i32, u64) {
+        (self.fd(), self.offset(slot) as u64)
+    }
+
+    fn read_done(&self, slot: u64) {
+        self.drop_cached(self.offset(slot), self.page_size);
+    }
+
     fn write_batch(&self, writes: &[SlotWrite]) -> io::Result<()> {
         let mut run_start = 0;
         while run_start < writes.len() {
@@ -286,7 +294,6 @@ impl Store for FileStore {
         StoreInfo {
             path: self.path.clone(),
             direct_io: self.direct_io,
-            engine: "pread/pwrite",
             block_device: self.block_device,
         }
     }

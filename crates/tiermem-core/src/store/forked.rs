@@ -7,6 +7,7 @@
 //! land in the parent's file.
 
 use std::io;
+use std::os::fd::RawFd;
 
 use super::{FileStore, SlotWrite, Store, StoreInfo};
 use crate::error::Result;
@@ -51,6 +52,18 @@ impl Store for ForkedStore {
         match slot.checked_sub(self.boundary) {
             Some(own) => self.own.read(own, buf),
             None => self.inherited.read(slot, buf),
+        }
+    }
+    fn read_target(&self, slot: u64) -> (RawFd, u64) {
+        match slot.checked_sub(self.boundary) {
+            Some(own) => self.own.read_target(own),
+            None => self.inherited.read_target(slot),
+        }
+    }
+    fn read_done(&self, slot: u64) {
+        match slot.checked_sub(self.boundary) {
+            Some(own) => self.own.read_done(own),
+            None => self.inherited.read_done(slot),
         }
     }
     fn write_batch(&self, writes: &[SlotWrite]) -> io::Result<()> {

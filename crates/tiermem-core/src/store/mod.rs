@@ -10,6 +10,7 @@ mod forked;
 mod slots;
 
 use std::io;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 pub use file::FileStore;
@@ -30,7 +31,6 @@ pub struct SlotWrite {
 pub struct StoreInfo {
     pub path: PathBuf,
     pub direct_io: bool,
-    pub engine: &'static str,
     pub block_device: bool,
 }
 
@@ -53,6 +53,12 @@ pub trait Store: Send + Sync {
     fn allocated_bytes(&self) -> u64;
     /// Reads one slot into `buf` (page-sized, aligned for direct I/O).
     fn read(&self, slot: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Where an asynchronous read of `slot` goes: a file descriptor and a
+    /// byte offset (the handler submits it to its own io_uring).
+    fn read_target(&self, slot: u64) -> (RawFd, u64);
+    /// After an asynchronous read of `slot` completed (drops it from the
+    /// page cache where the store cannot bypass it).
+    fn read_done(&self, _slot: u64) {}
     /// Writes pages sorted by slot, merging runs of adjacent slots into one request.
     fn write_batch(&self, writes: &[SlotWrite]) -> io::Result<()>;
     fn info(&self) -> StoreInfo;

@@ -182,7 +182,7 @@ impl Uffd {
     }
 
     /// Installs `len` bytes from `src` at `dst`, write-protected when
-    /// `write_protect`, and wakes the threads waiting on that range.
+    /// `write_protect`, and (with `wake`) wakes the threads waiting on it.
     ///
     /// # Safety
     /// `src` must be readable for `len` bytes; `dst..dst+len` must lie in a
@@ -193,6 +193,7 @@ impl Uffd {
         src: *const u8,
         len: usize,
         write_protect: bool,
+        wake: bool,
     ) -> io::Result<Copied> {
         let mut done = 0usize;
         while done < len {
@@ -204,6 +205,10 @@ impl Uffd {
                     uapi::UFFDIO_COPY_MODE_WP as u64
                 } else {
                     0
+                } | if wake {
+                    0
+                } else {
+                    uapi::UFFDIO_COPY_MODE_DONTWAKE as u64
                 },
                 copy: 0,
             };

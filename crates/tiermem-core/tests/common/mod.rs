@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tiermem_core::{Config, PolicyKind, Runtime};
+use tiermem_core::{Config, IoSettings, PolicyKind, Runtime};
 
 pub const UNIT: usize = 4096;
 const MAGIC: u64 = 0x7469_6572_6d65_6d00; // "tiermem\0"
@@ -95,12 +95,17 @@ impl Stamped {
 }
 
 pub fn runtime(budget: u64, page_size: usize, policy: PolicyKind) -> Runtime {
+    runtime_io(budget, page_size, policy, IoSettings::default())
+}
+
+pub fn runtime_io(budget: u64, page_size: usize, policy: PolicyKind, io: IoSettings) -> Runtime {
     let config = Config::builder()
         .dram_budget(budget)
         .page_size(page_size)
         .policy(policy)
         .backing(std::env::temp_dir())
         .handler_threads(2)
+        .io(io)
         .build()
         .expect("valid test config");
     Runtime::new(config).expect(

@@ -17,74 +17,91 @@
 //! Budget charging happens before a page is claimed, so no page is held
 //! while waiting for the evictor. No locks are taken: every step is a
 //! compare-and-swap on the page's state word. Handler threads never touch
-//! tiered memory themselves; I/O goes through a runtime-owned buffer.
+//! tiered memory themselves; I/O goes through runtime-owned buffers.
+//!
+//! This module decides *what* a fault needs; two loops drive it:
+//! - [`ring`]: io_uring with registered buffers. One handler keeps many page
+//!   reads in flight, installs each as it completes, and reads ahead of
+//!   sequential and strided streams ([`readahead`]). A fault on a page that
+//!   is busy (being read or written back) is set aside and retried after the
+//!   next completion, never waited for in place.
+//! - [`sync`]: pread, one read at a time per handler; the fallback where
+//!   io_uring is unavailable or `TIERMEM_IO_ENGINE=psync`.
 
-use std::io;
+mod readahead;
+mod ring;
+mod sync;
 
+use crate::io_config::IoEngine;
 use crate::page_table::{Kind, PageNo, PageState};
 use crate::runtime::Shared;
 use crate::stats::Counters;
-use crate::sys::mem::{wait_readable, Mapping, Wake};
 use crate::sys::now_ns;
-use crate::sys::uffd::{message_buffer, Copied, Fault};
+use crate::sys::uffd::{Copied, Fault};
 
 /// Faults read per read(2).
 const FAULT_BATCH: usize = 64;
 
 pub(crate) fn handler_loop(rt: &Shared) {
-    let mut raw = message_buffer(FAULT_BATCH);
-    let mut faults = Vec::with_capacity(FAULT_BATCH);
-    let io_buffer = match Mapping::reserve_aligned(
-        rt.page_size,
-        rt.page_size,
-        "allocating a handler I/O buffer",
-    ) {
-        Ok(m) => m,
-        Err(e) => rt.fatal(&format!("{e}")),
-    };
-    while !rt.stopping() {
-        match wait_readable(rt.uffd.raw(), &rt.stop_event, &rt.pause.event) {
-            Wake::Stop => break,
-            Wake::Pause => {
-                if rt.pause.requested() {
-                    rt.pause.park();
-                }
-                continue;
+    if rt.config.io.engine == IoEngine::IoUring {
+        match ring::RingHandler::new(rt) {
+            Ok(mut handler) => {
+                rt.note_io_engine(handler.engine_name());
+                return handler.run();
             }
-            Wake::Ready => {}
+            Err(reason) => rt.note_io_fallback(&reason),
         }
-        match rt.uffd.read_faults(&mut raw, &mut faults) {
-            Ok(()) => {}
-            // Another handler thread took these faults.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => rt.fatal(&format!("reading userfaultfd events failed: {e}")),
-        }
-        for fault in &faults {
-            serve(rt, fault, &io_buffer);
-        }
+    } else {
+        rt.note_io_engine("pread (TIERMEM_IO_ENGINE=psync)");
     }
+    sync::run(rt);
 }
 
-fn serve(rt: &Shared, fault: &Fault, io_buffer: &Mapping) {
-    let started = now_ns();
+/// A page read the fault path has claimed (`Loading`) and must finish.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PageRead {
+    pub page: PageNo,
+    pub slot: u64,
+    /// The fault was a write: install writable and dirty.
+    pub write: bool,
+    /// Read ahead of demand: install without waking anyone.
+    pub prefetch: bool,
+    pub started_ns: u64,
+}
+
+/// What a missing fault needs once its cheap cases are handled.
+pub(crate) enum Missing {
+    /// Served without I/O (zeros, probation, duplicate, bad access).
+    Resolved,
+    /// The page is claimed; its slot must be read, then [`finish_read`].
+    Read(PageRead),
+    /// Another thread owns the page for now; try again later.
+    Busy,
+}
+
+/// Counts a fault and serves the kinds that never need I/O. Returns the
+/// page of a missing fault, which the caller resolves.
+pub(crate) fn begin_fault(rt: &Shared, fault: &Fault) -> Option<PageNo> {
     Counters::add(&rt.counters.faults, 1);
     let Some(page) = rt.page_of(fault.address) else {
         rt.uffd
             .wake(fault.address & !(rt.base_page - 1), rt.base_page);
-        return;
+        return None;
     };
     if fault.write_protect {
+        let started = now_ns();
         Counters::add(&rt.counters.wp_faults, 1);
         resolve_write_to_clean(rt, page);
-    } else {
-        Counters::add(&rt.counters.missing_faults, 1);
-        resolve_missing(rt, page, fault, io_buffer);
+        rt.fault_latency.record(now_ns().saturating_sub(started));
+        return None;
     }
-    rt.fault_latency.record(now_ns().saturating_sub(started));
+    Counters::add(&rt.counters.missing_faults, 1);
+    Some(page)
 }
 
-fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault, io_buffer: &Mapping) {
+/// Resolves a missing fault on `page` as far as it can without I/O.
+pub(crate) fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
+    let started = now_ns();
     loop {
         let state = rt.table.load(page);
         // The lazily committed zone is not pre-marked (it can span terabytes):
@@ -93,7 +110,7 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault, io_buffer: &Mapping
             Kind::Free if rt.is_lazy(page) => Kind::Zero,
             kind => kind,
         };
-        match kind {
+        let resolved = match kind {
             Kind::Zero | Kind::Stored => {
                 rt.charge_one_page();
                 if !rt
@@ -103,36 +120,119 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault, io_buffer: &Mapping
                     rt.budget.uncharge(1);
                     continue;
                 }
-                if kind == Kind::Zero {
-                    if rt.is_lazy(page) {
-                        rt.commit_lazy_page(page);
-                    }
-                    install_zeros(rt, page);
-                } else {
-                    page_in(rt, page, state, fault.write, io_buffer);
+                if kind == Kind::Stored {
+                    return Missing::Read(claimed_read(rt, page, state, fault.write, started));
                 }
-                return;
+                if rt.is_lazy(page) {
+                    rt.commit_lazy_page(page);
+                }
+                install_zeros(rt, page);
+                true
             }
             Kind::Probation => {
-                if rt
-                    .table
+                rt.table
                     .transition(page, state, state.with_kind(Kind::Loading))
-                {
-                    rescue_from_probation(rt, page, state, fault.write);
-                    return;
-                }
+                    && {
+                        rescue_from_probation(rt, page, state, fault.write);
+                        true
+                    }
             }
             Kind::Resident => {
-                Counters::add(&rt.counters.duplicate_faults, 1);
+                // Another fault (or read-ahead) installed it first.
+                if state.is_prefetched() {
+                    prefetch_used(rt, page);
+                } else {
+                    Counters::add(&rt.counters.duplicate_faults, 1);
+                }
                 rt.uffd.wake(rt.page_addr(page), rt.page_size);
-                return;
+                true
             }
-            Kind::Loading | Kind::Evicting => backoff(),
+            Kind::Loading | Kind::Evicting => return Missing::Busy,
             Kind::Free => {
                 rt.report_bad_access(fault);
-                return;
+                true
             }
+        };
+        if resolved {
+            rt.fault_latency.record(now_ns().saturating_sub(started));
+            return Missing::Resolved;
         }
+    }
+}
+
+fn claimed_read(
+    rt: &Shared,
+    page: PageNo,
+    state: PageState,
+    write: bool,
+    started: u64,
+) -> PageRead {
+    let Some(slot) = state.slot() else {
+        rt.fatal(&format!(
+            "page {page} is stored but has no slot ({state:?})"
+        ));
+    };
+    PageRead {
+        page,
+        slot,
+        write,
+        prefetch: false,
+        started_ns: started,
+    }
+}
+
+/// Claims `page` for read-ahead if it sits in the store and DRAM has room
+/// right now (read-ahead never waits for the evictor).
+pub(crate) fn claim_for_prefetch(rt: &Shared, page: PageNo) -> Option<PageRead> {
+    let state = rt.table.load(page);
+    if state.kind() != Kind::Stored || !rt.budget.try_charge() {
+        return None;
+    }
+    if !rt
+        .table
+        .transition(page, state, state.with_kind(Kind::Loading))
+    {
+        rt.budget.uncharge(1);
+        return None;
+    }
+    let mut read = claimed_read(rt, page, state, false, now_ns());
+    read.prefetch = true;
+    Some(read)
+}
+
+/// A read-ahead page turned out to be used.
+pub(crate) fn prefetch_used(rt: &Shared, page: PageNo) {
+    let before = rt
+        .table
+        .update_returning_old(page, |s| s.with_prefetched(false));
+    if before.is_prefetched() {
+        Counters::add(&rt.counters.prefetch_hits, 1);
+    }
+}
+
+/// Installs a page whose slot was read into `buf` and publishes it.
+pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
+    Counters::add(&rt.counters.page_ins, 1);
+    Counters::add(&rt.counters.bytes_read, rt.page_size as u64);
+    // A read fault installs the page write-protected: it stays clean, and its
+    // slot copy stays valid, until the first write. A write fault dirties it
+    // at once, which saves a second fault. Read-ahead wakes no one: nobody
+    // waits for it (a fault that arrived meanwhile is retried and finds the
+    // page resident).
+    install_with(rt, read.page, buf, !read.write, !read.prefetch);
+    let new = if read.write {
+        rt.slots().free(read.slot);
+        PageState::FREE.with_dirty(true)
+    } else {
+        PageState::FREE.with_slot(Some(read.slot))
+    };
+    if read.prefetch {
+        Counters::add(&rt.counters.prefetch_issued, 1);
+        finish_resident(rt, read.page, new.with_prefetched(true), false);
+    } else {
+        finish_resident(rt, read.page, new, read.write);
+        rt.fault_latency
+            .record(now_ns().saturating_sub(read.started_ns));
     }
 }
 
@@ -144,40 +244,15 @@ fn install_zeros(rt: &Shared, page: PageNo) {
     finish_resident(rt, page, PageState::FREE.with_dirty(true), false);
 }
 
-fn page_in(rt: &Shared, page: PageNo, state: PageState, write: bool, io_buffer: &Mapping) {
-    let Some(slot) = state.slot() else {
-        rt.fatal(&format!(
-            "page {page} is stored but has no slot ({state:?})"
-        ));
-    };
-    // SAFETY: the handler owns `io_buffer` (page-sized); no one else uses it.
-    let buf = unsafe { std::slice::from_raw_parts_mut(io_buffer.as_ptr(), rt.page_size) };
-    if let Err(e) = rt.store().read(slot, buf) {
-        rt.fatal(&format!(
-            "reading page {page} from backing slot {slot} failed: {e}"
-        ));
-    }
-    Counters::add(&rt.counters.page_ins, 1);
-    Counters::add(&rt.counters.bytes_read, rt.page_size as u64);
-    // A read fault installs the page write-protected: it stays clean, and its
-    // slot copy stays valid, until the first write. A write fault dirties it
-    // at once, which saves a second fault.
-    install(rt, page, io_buffer.as_ptr(), !write);
-    let new = if write {
-        rt.slots().free(slot);
-        PageState::FREE.with_dirty(true)
-    } else {
-        PageState::FREE.with_slot(Some(slot))
-    };
-    finish_resident(rt, page, new, write);
-}
-
 fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState, write: bool) {
     let frame = rt.table.frame(page);
     let dirty = state.is_dirty() || write;
     install(rt, page, rt.frames.ptr(frame), !dirty);
     rt.frames.release(frame);
     Counters::add(&rt.counters.probation_hits, 1);
+    if state.is_prefetched() {
+        Counters::add(&rt.counters.prefetch_hits, 1);
+    }
     let slot = match (dirty, state.slot()) {
         (true, Some(old)) => {
             rt.slots().free(old);
@@ -217,6 +292,9 @@ fn resolve_write_to_clean(rt: &Shared, page: PageNo) {
                 if let Some(stale) = state.slot() {
                     rt.slots().free(stale);
                 }
+                if state.is_prefetched() {
+                    Counters::add(&rt.counters.prefetch_hits, 1);
+                }
                 finish_resident(rt, page, PageState::FREE.with_dirty(true), true);
                 return;
             }
@@ -230,13 +308,17 @@ fn resolve_write_to_clean(rt: &Shared, page: PageNo) {
     }
 }
 
-/// UFFDIO_COPY one page, handling the cases the kernel reports.
 fn install(rt: &Shared, page: PageNo, src: *const u8, write_protect: bool) {
+    install_with(rt, page, src, write_protect, true);
+}
+
+/// UFFDIO_COPY one page, handling the cases the kernel reports.
+fn install_with(rt: &Shared, page: PageNo, src: *const u8, write_protect: bool, wake: bool) {
     let addr = rt.page_addr(page);
     loop {
         // SAFETY: `src` is a runtime-owned buffer of `page_size` bytes, and
         // `addr` is a page-aligned page of the registered arena.
-        match unsafe { rt.uffd.copy(addr, src, rt.page_size, write_protect) } {
+        match unsafe { rt.uffd.copy(addr, src, rt.page_size, write_protect, wake) } {
             Ok(Copied::Done) => return,
             Ok(Copied::AlreadyPresent) => {
                 // Mapped behind our back: keep what is there, assume it was

@@ -1,0 +1,216 @@
+//! Read-ahead: spotting sequential and strided streams among misses.
+//!
+//! Each handler keeps a few streams (like Linux's per-file readahead
+//! state, with Leap's idea of a trend: a constant stride). A miss at the
+//! page a stream predicts confirms it, and the window of pages read ahead
+//! doubles, up to a maximum; a miss that matches nothing starts a candidate
+//! that only reads ahead once a second miss confirms its stride. Uniform
+//! random misses almost never confirm a stream, so they cost a scan of a
+//! few entries and no I/O.
+//!
+//! Prefetched pages are installed without waking anyone and carry a
+//! `PREFETCHED` mark: a later fault on them, a write, or the stream moving
+//! past them counts them as hits; eviction with the mark still set counts
+//! them as waste.
+
+use crate::page_table::PageNo;
+
+const STREAMS: usize = 8;
+const FIRST_WINDOW: u64 = 8;
+/// Pages ahead of the demand miss, at most (1 MiB of 4 KiB pages).
+pub const MAX_WINDOW: u64 = 256;
+/// Strides beyond this many pages are not streams, just far apart misses.
+const MAX_STRIDE: i64 = 64;
+
+#[derive(Clone, Copy, Default)]
+struct Stream {
+    /// Last demand miss.
+    last: i64,
+    stride: i64,
+    /// Pages read ahead per miss; 0 while the stride is unconfirmed.
+    window: u64,
+    /// The next page not yet read ahead.
+    ahead: i64,
+    used: u64,
+}
+
+/// Pages to read ahead: `start`, `start + stride`, ... (`count` of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub start: i64,
+    pub stride: i64,
+    pub count: u64,
+    /// Pages the stream passed since its last miss: read ahead and used.
+    pub passed_from: i64,
+}
+
+pub struct Readahead {
+    streams: [Stream; STREAMS],
+    clock: u64,
+}
+
+impl Readahead {
+    pub fn new() -> Readahead {
+        Readahead {
+            streams: [Stream::default(); STREAMS],
+            clock: 0,
+        }
+    }
+
+    /// A demand miss at `page`; returns what to read ahead, if anything.
+    pub fn on_miss(&mut self, page: PageNo) -> Option<Window> {
+        self.clock += 1;
+        let p = page as i64;
+        let found = self
+            .streams
+            .iter()
+            .position(|s| s.confirms(p))
+            .or_else(|| self.adjacent(p));
+        match found {
+            Some(i) => Some(self.advance(i, p)),
+            None => {
+                self.start_candidate(p);
+                None
+            }
+        }
+    }
+
+    /// A miss right next to a recent one is a sequential stream at once
+    /// (forward or backward); other strides need a second confirmation.
+    fn adjacent(&mut self, p: i64) -> Option<usize> {
+        let i = self
+            .streams
+            .iter()
+            .position(|s| s.used > 0 && s.window == 0 && (p - s.last).abs() == 1)?;
+        let s = &mut self.streams[i];
+        s.stride = p - s.last;
+        s.ahead = p;
+        Some(i)
+    }
+
+    fn advance(&mut self, i: usize, p: i64) -> Window {
+        let s = &mut self.streams[i];
+        s.used = self.clock;
+        let passed_from = s.last + s.stride;
+        s.last = p;
+        s.window = (s.window * 2).clamp(FIRST_WINDOW, MAX_WINDOW);
+        let end = p + s.stride * (s.window as i64 + 1);
+        let start = if (s.ahead - p) * s.stride.signum() > 0 {
+            s.ahead
+        } else {
+            p + s.stride
+        };
+        let count = ((end - start) / s.stride).max(0) as u64;
+        s.ahead = start + s.stride * count as i64;
+        Window {
+            start,
+            stride: s.stride,
+            count,
+            passed_from,
+        }
+    }
+
+    /// No stream predicted `p`: the nearest recent miss becomes a candidate
+    /// with the stride from it, or the least recently used entry restarts.
+    fn start_candidate(&mut self, p: i64) {
+        let clock = self.clock;
+        let near = self
+            .streams
+            .iter_mut()
+            .filter(|s| s.used > 0 && (p - s.last).abs() <= MAX_STRIDE && p != s.last)
+            .max_by_key(|s| s.used);
+        if let Some(s) = near {
+            *s = Stream {
+                last: p,
+                stride: p - s.last,
+                window: 0,
+                ahead: p + (p - s.last),
+                used: clock,
+            };
+            return;
+        }
+        if let Some(s) = self.streams.iter_mut().min_by_key(|s| s.used) {
+            *s = Stream {
+                last: p,
+                stride: 0,
+                window: 0,
+                ahead: p,
+                used: clock,
+            };
+        }
+    }
+}
+
+impl Stream {
+    /// Whether a miss at `p` follows this stream: the next step of an
+    /// unconfirmed stride, or the first page past (or inside) the window
+    /// already read ahead of a confirmed one.
+    fn confirms(&self, p: i64) -> bool {
+        if self.used == 0 || self.stride == 0 {
+            return false;
+        }
+        let step = p - self.last;
+        if step % self.stride != 0 || step.signum() != self.stride.signum() {
+            return false;
+        }
+        let steps = step / self.stride;
+        let window_steps = if self.window == 0 {
+            1
+        } else {
+            (self.ahead - self.last) / self.stride + 1
+        };
+        steps >= 1 && steps <= window_steps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sequential_stream_is_confirmed_then_its_window_grows() {
+        let mut ra = Readahead::new();
+        assert_eq!(ra.on_miss(100), None, "one miss is no stream");
+        let w = ra.on_miss(101).expect("second sequential miss confirms");
+        assert_eq!((w.start, w.stride, w.count), (102, 1, FIRST_WINDOW));
+        // The program reads the window without faulting, then misses just past it.
+        let next = w.start + w.count as i64;
+        let w2 = ra.on_miss(next as PageNo).expect("still the stream");
+        assert_eq!(w2.start, next + 1);
+        assert_eq!(w2.count, 2 * FIRST_WINDOW);
+        assert_eq!(w2.passed_from, 102);
+    }
+
+    #[test]
+    fn strided_and_backward_streams_are_found() {
+        let mut ra = Readahead::new();
+        ra.on_miss(1000);
+        assert_eq!(
+            ra.on_miss(1004),
+            None,
+            "a stride needs a second confirmation"
+        );
+        let w = ra.on_miss(1008).unwrap();
+        assert_eq!((w.start, w.stride), (1012, 4));
+        let mut back = Readahead::new();
+        back.on_miss(500);
+        let w = back.on_miss(499).unwrap();
+        assert_eq!((w.start, w.stride), (498, -1));
+    }
+
+    #[test]
+    fn random_misses_read_nothing_ahead() {
+        let mut ra = Readahead::new();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut windows = 0;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if ra.on_miss((x % 1_000_000) as PageNo).is_some() {
+                windows += 1;
+            }
+        }
+        assert!(windows < 100, "{windows} windows for random misses");
+    }
+}

@@ -1,0 +1,173 @@
+//! How the runtime talks to the backing device: engine, queue depth,
+//! polling and read-ahead. Part of [`crate::Config`]; each setting has a
+//! `TIERMEM_*` variable and goes through the same error reporting.
+
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+pub const ENV_IO_ENGINE: &str = "TIERMEM_IO_ENGINE";
+pub const ENV_IO_DEPTH: &str = "TIERMEM_IO_DEPTH";
+pub const ENV_IO_POLL: &str = "TIERMEM_IO_POLL";
+pub const ENV_READAHEAD: &str = "TIERMEM_READAHEAD";
+
+/// Page reads one handler thread keeps in flight at most: enough for the
+/// parallelism of an NVMe or virtio queue at 4 KiB.
+pub const DEFAULT_IO_DEPTH: u32 = 32;
+const MAX_IO_DEPTH: u32 = 1024;
+
+/// How page reads are issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoEngine {
+    /// io_uring with registered buffers and many reads in flight per
+    /// handler; pread/pwrite where io_uring is unavailable (e.g. seccomp).
+    IoUring,
+    /// Synchronous pread/pwrite, one read per handler thread at a time.
+    Psync,
+}
+
+/// Completion polling of the io_uring (seed 002: CPU for microseconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollMode {
+    /// Interrupt-driven completions.
+    None,
+    /// A kernel thread polls the submission queue (IORING_SETUP_SQPOLL).
+    Sqpoll,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoSettings {
+    pub engine: IoEngine,
+    pub depth: u32,
+    pub poll: PollMode,
+    /// Detect sequential and strided streams and read ahead of them.
+    pub readahead: bool,
+}
+
+impl Default for IoSettings {
+    fn default() -> Self {
+        IoSettings {
+            engine: IoEngine::IoUring,
+            depth: DEFAULT_IO_DEPTH,
+            poll: PollMode::None,
+            readahead: true,
+        }
+    }
+}
+
+fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
+    Error::InvalidSetting {
+        setting,
+        value: value.to_string(),
+        expected: expected.to_string(),
+    }
+}
+
+impl FromStr for IoEngine {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "io_uring" | "io-uring" | "uring" => Ok(IoEngine::IoUring),
+            "psync" | "pread" => Ok(IoEngine::Psync),
+            _ => Err(invalid(ENV_IO_ENGINE, s, "expected io_uring or psync")),
+        }
+    }
+}
+
+impl FromStr for PollMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "off" | "interrupt" => Ok(PollMode::None),
+            "sqpoll" => Ok(PollMode::Sqpoll),
+            _ => Err(invalid(ENV_IO_POLL, s, "expected none or sqpoll")),
+        }
+    }
+}
+
+fn parse_switch(setting: &'static str, s: &str) -> Result<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Ok(true),
+        "0" | "off" | "no" | "false" => Ok(false),
+        _ => Err(invalid(setting, s, "expected on or off")),
+    }
+}
+
+impl IoSettings {
+    pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<IoSettings> {
+        let mut io = IoSettings::default();
+        if let Some(v) = lookup(ENV_IO_ENGINE) {
+            io.engine = v.parse()?;
+        }
+        if let Some(v) = lookup(ENV_IO_DEPTH) {
+            io.depth = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|d| (1..=MAX_IO_DEPTH).contains(d))
+                .ok_or_else(|| {
+                    invalid(ENV_IO_DEPTH, &v, "expected a whole number from 1 to 1024")
+                })?;
+        }
+        if let Some(v) = lookup(ENV_IO_POLL) {
+            io.poll = v.parse()?;
+        }
+        if let Some(v) = lookup(ENV_READAHEAD) {
+            io.readahead = parse_switch(ENV_READAHEAD, &v)?;
+        }
+        Ok(io)
+    }
+
+    pub fn to_env(&self, env: &mut Vec<(&'static str, String)>) {
+        let engine = match self.engine {
+            IoEngine::IoUring => "io_uring",
+            IoEngine::Psync => "psync",
+        };
+        let poll = match self.poll {
+            PollMode::None => "none",
+            PollMode::Sqpoll => "sqpoll",
+        };
+        env.push((ENV_IO_ENGINE, engine.into()));
+        env.push((ENV_IO_DEPTH, self.depth.to_string()));
+        env.push((ENV_IO_POLL, poll.into()));
+        env.push((
+            ENV_READAHEAD,
+            if self.readahead { "on" } else { "off" }.into(),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_and_round_trip() {
+        let env = |k: &str| match k {
+            ENV_IO_ENGINE => Some("psync".to_string()),
+            ENV_IO_DEPTH => Some("8".to_string()),
+            ENV_READAHEAD => Some("off".to_string()),
+            ENV_IO_POLL => Some("sqpoll".to_string()),
+            _ => None,
+        };
+        let io = IoSettings::from_lookup(&env).unwrap();
+        assert_eq!(
+            io,
+            IoSettings {
+                engine: IoEngine::Psync,
+                depth: 8,
+                poll: PollMode::Sqpoll,
+                readahead: false
+            }
+        );
+        let mut out = Vec::new();
+        io.to_env(&mut out);
+        let back = IoSettings::from_lookup(&|k: &str| {
+            out.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        })
+        .unwrap();
+        assert_eq!(back, io);
+        let bad = IoSettings::from_lookup(&|k: &str| (k == ENV_IO_DEPTH).then(|| "0".into()));
+        assert!(bad.unwrap_err().to_string().contains(ENV_IO_DEPTH));
+    }
+}
