@@ -47,6 +47,10 @@ pub(crate) struct Shared {
     pub zero_page: Mapping,
     pub counters: Counters,
     pub fault_latency: LatencyHistogram,
+    /// Demand page-ins only: from reading the fault to installing the page.
+    pub page_in_latency: LatencyHistogram,
+    /// The device read of a demand page-in, as the handler sees it.
+    pub read_latency: LatencyHistogram,
     pub ranges: Mutex<RangeAllocator>,
     /// The lazily committed zone at the top of the arena (transparent mode:
     /// the malloc arena and interposed mmaps). Its pages take a slot
@@ -292,6 +296,8 @@ impl Runtime {
             zero_page: Mapping::reserve_aligned(page_size, page_size, "allocating the zero page")?,
             counters: Counters::default(),
             fault_latency: LatencyHistogram::default(),
+            page_in_latency: LatencyHistogram::default(),
+            read_latency: LatencyHistogram::default(),
             ranges: Mutex::new(RangeAllocator::new(strict_pages)),
             lazy: Mutex::new(RangeAllocator::zone(strict_pages, lazy_pages)),
             lazy_start: strict_pages as PageNo,
@@ -565,6 +571,8 @@ impl Runtime {
             + (rt.config.handler_threads as u64 + 1) * page;
         s.page_size = page;
         s.fault_latency = rt.fault_latency.summary();
+        s.page_in_latency = rt.page_in_latency.summary();
+        s.read_latency = rt.read_latency.summary();
         s.policy = rt.policy.kind().name();
         let info = rt.store().info();
         s.io_engine = *rt.io_engine.lock().unwrap_or_else(|p| p.into_inner());

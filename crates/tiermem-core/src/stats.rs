@@ -170,6 +170,10 @@ pub struct Stats {
     pub page_size: u64,
     /// Time from reading a fault to resolving it, as the handler sees it.
     pub fault_latency: LatencySummary,
+    /// Demand page-ins only, from reading the fault to installing the page.
+    pub page_in_latency: LatencySummary,
+    /// The device read inside a demand page-in (submission to completion).
+    pub read_latency: LatencySummary,
     pub backing_capacity_bytes: u64,
     pub backing_path: String,
     pub backing_is_block_device: bool,

@@ -72,9 +72,10 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
          budget          {budget}, peak resident {peak} ({peak_pct} of budget), page {page} KiB, policy {policy}\n\
          faults          {faults} (missing {missing}, write-protect {wp}, first touch {zero})\n\
          hit ratio       {hit} of faults served from DRAM without a device read\n\
-         page-ins        {ins} ({read} read), probation rescues {rescues}\n\
+         page-ins        {ins} ({read} read), probation rescues {rescues}, read ahead {prefetch} (used {phits}, wasted {pwaste})\n\
          page-outs       {outs} ({written} written), clean drops {clean}, zero drops {zdrops}\n\
          fault latency   mean {mean}, p50 {p50}, p90 {p90}, p99 {p99}, p99.9 {p999}, max {max}\n\
+         page-in         p50 {pi50} (device read p50 {rd50}), p99 {pi99} (device read p99 {rd99})\n\
          backing         {path} ({engine}{direct}), {stored} stored now\n",
         budget = mib(s.budget_bytes),
         peak = mib(s.peak_resident_bytes),
@@ -99,9 +100,16 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         p99 = us(l.p99_ns),
         p999 = us(l.p999_ns),
         max = us(l.max_ns),
+        pi50 = us(s.page_in_latency.p50_ns),
+        pi99 = us(s.page_in_latency.p99_ns),
+        rd50 = us(s.read_latency.p50_ns),
+        rd99 = us(s.read_latency.p99_ns),
         path = s.backing_path,
         engine = s.io_engine,
         direct = if s.direct_io { ", O_DIRECT" } else { "" },
+        prefetch = s.prefetch_issued,
+        phits = s.prefetch_hits,
+        pwaste = s.prefetch_wasted,
         stored = mib(s.stored_bytes),
     )
 }

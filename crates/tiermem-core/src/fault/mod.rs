@@ -231,8 +231,9 @@ pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
         finish_resident(rt, read.page, new.with_prefetched(true), false);
     } else {
         finish_resident(rt, read.page, new, read.write);
-        rt.fault_latency
-            .record(now_ns().saturating_sub(read.started_ns));
+        let took = now_ns().saturating_sub(read.started_ns);
+        rt.fault_latency.record(took);
+        rt.page_in_latency.record(took);
     }
 }
 

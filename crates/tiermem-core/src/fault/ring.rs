@@ -33,6 +33,9 @@ const TAG_PAUSE: u64 = u64::MAX - 2;
 /// How long to wait before retrying faults on busy pages when none of our
 /// own reads is in flight (the page's owner is another thread).
 const BUSY_RETRY_NS: u32 = 20_000;
+/// Longest a handler polls for a read to complete before it sleeps: about
+/// two device reads.
+const POLL_NS: u64 = 200_000;
 
 pub(crate) struct RingHandler<'a> {
     rt: &'a Shared,
@@ -43,6 +46,7 @@ pub(crate) struct RingHandler<'a> {
     free_buffers: Vec<u16>,
     in_flight: Vec<Option<PageRead>>,
     in_flight_count: usize,
+    submitted_ns: Vec<u64>,
     /// Claimed pages waiting for a buffer: demand reads first.
     waiting: VecDeque<PageRead>,
     /// Faults on busy pages, to retry.
@@ -90,6 +94,7 @@ impl<'a> RingHandler<'a> {
             free_buffers: (0..depth as u16).rev().collect(),
             in_flight: vec![None; depth],
             in_flight_count: 0,
+            submitted_ns: vec![0; depth],
             waiting: VecDeque::new(),
             deferred: Vec::new(),
             readahead: rt.config.io.readahead.then(Readahead::new),
@@ -137,7 +142,14 @@ impl<'a> RingHandler<'a> {
     }
 
     /// Blocks for at least one event, or briefly when busy pages wait.
+    ///
+    /// While reads are in flight their faulting threads sleep, so the CPU
+    /// is free: the handler polls for the completion instead of sleeping,
+    /// which saves a wake-up (tens of microseconds on a VM) per fault.
     fn wait(&mut self) {
+        if self.in_flight_count > 0 && self.poll_completions(POLL_NS) {
+            return;
+        }
         let result = if !self.deferred.is_empty() && self.in_flight_count == 0 {
             let ts = types::Timespec::new().nsec(BUSY_RETRY_NS);
             let args = types::SubmitArgs::new().timespec(&ts);
@@ -155,6 +167,30 @@ impl<'a> RingHandler<'a> {
             Err(e) => self
                 .rt
                 .fatal(&format!("waiting on the fault ring failed: {e}")),
+        }
+    }
+
+    /// Polls for a completion (a read, or a poll event such as a new
+    /// fault) for up to `limit_ns`; true if one arrived. Yielding keeps the
+    /// CPU out of idle (a halted vCPU costs tens of microseconds to wake)
+    /// without taking it from a runnable program thread.
+    fn poll_completions(&mut self, limit_ns: u64) -> bool {
+        let deadline = crate::sys::now_ns() + limit_ns;
+        loop {
+            // Entering the kernel runs the completion's task work.
+            if let Err(e) = self.ring.submit_and_wait(0) {
+                if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) {
+                    self.rt
+                        .fatal(&format!("polling the fault ring failed: {e}"));
+                }
+            }
+            if !self.ring.completion().is_empty() {
+                return true;
+            }
+            if crate::sys::now_ns() > deadline {
+                return false;
+            }
+            std::thread::yield_now();
         }
     }
 
@@ -221,6 +257,11 @@ impl<'a> RingHandler<'a> {
             ));
         }
         self.rt.store().read_done(read.slot);
+        if !read.prefetch {
+            self.rt
+                .read_latency
+                .record(crate::sys::now_ns().saturating_sub(self.submitted_ns[buffer]));
+        }
         finish_read(self.rt, &read, self.buffer(buffer));
         self.free_buffers.push(buffer as u16);
         if let Some(next) = self.waiting.pop_front() {
@@ -317,6 +358,7 @@ impl<'a> RingHandler<'a> {
         }
         .user_data(buffer as u64);
         self.in_flight[buffer] = Some(read);
+        self.submitted_ns[buffer] = crate::sys::now_ns();
         self.in_flight_count += 1;
         Counters::max(&self.rt.counters.max_in_flight, self.in_flight_count as u64);
         self.push(&sqe);

@@ -49,7 +49,11 @@ pub(crate) fn run(rt: &Shared) {
                         let buf = unsafe {
                             std::slice::from_raw_parts_mut(io_buffer.as_ptr(), rt.page_size)
                         };
-                        if let Err(e) = rt.store().read(read.slot, buf) {
+                        let submitted = crate::sys::now_ns();
+                        let result = rt.store().read(read.slot, buf);
+                        rt.read_latency
+                            .record(crate::sys::now_ns().saturating_sub(submitted));
+                        if let Err(e) = result {
                             rt.fatal(&format!(
                                 "reading page {} from backing slot {} failed: {e}",
                                 read.page, read.slot

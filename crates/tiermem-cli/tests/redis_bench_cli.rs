@@ -1,0 +1,143 @@
+//! `tiermem bench-redis` run for real on a small dataset: DRAM and tiermem
+//! modes, JSON output, no lost keys. Needs redis-server and redis-benchmark;
+//! skipped without them unless CI is set.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn tiermem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tiermem"))
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `cargo test` does not build the cdylib: build libtiermem.so for the same
+/// profile, so that it lands next to the tiermem binary under test.
+fn build_library() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tiermem"));
+    let dir = bin.parent().unwrap().to_path_buf();
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "-p", "tiermem-capi"])
+        .current_dir(repo_root());
+    if release {
+        cargo.arg("--release");
+    }
+    assert!(
+        cargo.status().unwrap().success(),
+        "building libtiermem.so failed"
+    );
+    assert!(
+        dir.join("libtiermem.so").exists(),
+        "libtiermem.so not built in {}",
+        dir.display()
+    );
+}
+
+fn in_path(name: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|d| d.join(name).is_file())
+}
+
+/// False (with a message) when Redis is missing outside CI; panics in CI.
+fn redis_available() -> bool {
+    let missing: Vec<&str> = ["redis-server", "redis-benchmark"]
+        .into_iter()
+        .filter(|n| !in_path(n))
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{} not found in PATH, and CI is set", missing.join(", "));
+    }
+    eprintln!(
+        "skipping: {} not found in PATH (install redis-server and redis-tools)",
+        missing.join(", ")
+    );
+    false
+}
+
+#[test]
+fn bench_redis_runs_dram_and_tiermem_without_losing_keys() {
+    if !redis_available() {
+        return;
+    }
+    build_library();
+    let out = tiermem()
+        .args(["bench-redis", "--dataset", "64M", "--dram", "16M"])
+        .args(["--requests", "2000", "--modes", "dram,tiermem", "--json"])
+        .env_remove("TIERMEM_LIB")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench-redis failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\n{stderr}"));
+    assert_eq!(v["data_loss"], false, "{stdout}");
+    assert_eq!(v["plan"]["keys"], 16384, "{stdout}");
+    let modes = v["modes"].as_array().expect("modes array");
+    let names: Vec<&str> = modes.iter().filter_map(|m| m["mode"].as_str()).collect();
+    assert_eq!(names, ["dram", "tiermem"], "{stdout}");
+    for m in modes {
+        assert_eq!(m["status"], "ok", "{m}");
+        let run = &m["run"];
+        for field in ["lost_keys", "corrupt_keys", "missing_after"] {
+            assert_eq!(run[field], 0, "{field} in {m}");
+        }
+        assert_eq!(run["keys_verified"], 16384, "{m}");
+        assert_eq!(run["dbsize_after"], 16384, "{m}");
+        for test in ["get", "set"] {
+            let rps = run[test]["rps"].as_f64().unwrap_or(0.0);
+            assert!(rps > 0.0, "{test} rps in {m}");
+        }
+    }
+    let tiermem = &modes[1]["run"];
+    let stats = tiermem["tiermem_stats"].as_array().expect("tiermem stats");
+    assert!(
+        stats
+            .iter()
+            .any(|l| l.as_str().is_some_and(|l| l.contains("page-ins"))),
+        "{tiermem}"
+    );
+    // Both modes ran, so the ratio to DRAM is there.
+    assert!(modes[1]["ratios"]["get_vs_dram"].as_f64().is_some());
+}
+
+#[test]
+fn bench_redis_refuses_bad_sizes_with_the_reason() {
+    let out = tiermem()
+        .args(["bench-redis", "--value-size", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--value-size"), "{stderr}");
+
+    let out = tiermem()
+        .args(["bench-redis", "--dataset", "1K", "--value-size", "4K"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no key to load"), "{stderr}");
+
+    let out = tiermem()
+        .args(["bench-redis", "--redis-server", "/nonexistent/redis-server"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--redis-server"), "{stderr}");
+}
