@@ -2,6 +2,9 @@
 
 mod bench_cmd;
 mod device_cmd;
+mod probe_cmd;
+mod redis_bench;
+mod run_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -19,7 +22,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Bench(bench_cmd::BenchArgs),
+    BenchRedis(redis_bench::RedisBenchArgs),
     Device(device_cmd::DeviceArgs),
+    Run(run_cmd::RunArgs),
+    Probe(tiermem_probe::ProbeArgs),
+    /// Internal: one probe worker process (used by `tiermem probe`).
+    #[command(name = "__probe-worker", hide = true)]
+    ProbeWorker { spec: String },
     /// Internal: one benchmark worker process (used by `tiermem bench`).
     #[command(name = "__bench-worker", hide = true)]
     BenchWorker {
@@ -38,6 +47,13 @@ fn main() {
                 1
             }
         },
+        Command::BenchRedis(args) => match redis_bench::run(&args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("tiermem bench-redis: {e:#}");
+                1
+            }
+        },
         Command::Device(args) => match device_cmd::run(&args) {
             Ok(()) => 0,
             Err(e) => {
@@ -45,6 +61,9 @@ fn main() {
                 1
             }
         },
+        Command::Run(args) => run_cmd::run(&args),
+        Command::Probe(args) => probe_cmd::run(&args),
+        Command::ProbeWorker { spec } => probe_cmd::worker(&spec),
         Command::BenchWorker { mode, spec } => bench_cmd::worker(&mode, &spec),
     };
     // A Ctrl-C may be tearing down kernel-swap mode right now: let it finish.
