@@ -4,18 +4,20 @@
 //! The ring watches the userfaultfd and the stop and pause eventfds with
 //! multishot polls, so one `io_uring_enter` waits for new faults and for
 //! completed reads alike. Faults are read in batches; a page that must come
-//! from the store is claimed and its read submitted at once (reads use
-//! buffers registered with the ring, owned by the runtime, never tiered
-//! memory); read-ahead adds the pages a stream will want next. Each read is
-//! installed the moment it completes. A fault on a page someone else owns
-//! right now is set aside and retried after the next completion.
+//! from the store is claimed and its read submitted at once. Read-ahead adds
+//! the pages a stream will want next, and pages whose slots are adjacent
+//! are read with one large request (a sequential scan becomes reads of up
+//! to a megabyte). Reads land in one runtime-owned area registered with the
+//! ring, never in tiered memory. Each page is installed the moment its read
+//! completes. A fault on a page someone else owns right now is set aside
+//! and retried after the next completion.
 
 use std::collections::VecDeque;
 use std::io;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::readahead::Readahead;
+use super::readahead::{Readahead, MAX_WINDOW};
 use super::{
     begin_fault, claim_for_prefetch, finish_read, prefetch_used, resolve_missing, Missing,
     PageRead, FAULT_BATCH,
@@ -25,6 +27,7 @@ use crate::page_table::PageNo;
 use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::sys::mem::Mapping;
+use crate::sys::now_ns;
 use crate::sys::uffd::{message_buffer, Fault};
 
 const TAG_UFFD: u64 = u64::MAX;
@@ -34,8 +37,16 @@ const TAG_PAUSE: u64 = u64::MAX - 2;
 /// own reads is in flight (the page's owner is another thread).
 const BUSY_RETRY_NS: u32 = 20_000;
 /// Longest a handler polls for a read to complete before it sleeps: about
-/// two device reads.
+/// two device reads. The faulting threads sleep meanwhile, so the CPU is free.
 const POLL_NS: u64 = 200_000;
+/// Bytes of read buffer per handler, beyond one page per queue slot.
+const BUFFER_BYTES: usize = 4 << 20;
+
+/// One read request: pages in adjacent slots, landing in adjacent buffers.
+struct Io {
+    reads: Vec<PageRead>,
+    submitted_ns: u64,
+}
 
 pub(crate) struct RingHandler<'a> {
     rt: &'a Shared,
@@ -43,12 +54,14 @@ pub(crate) struct RingHandler<'a> {
     engine: &'static str,
     buffers: Mapping,
     registered: bool,
-    free_buffers: Vec<u16>,
-    in_flight: Vec<Option<PageRead>>,
-    in_flight_count: usize,
-    submitted_ns: Vec<u64>,
-    /// Claimed pages waiting for a buffer: demand reads first.
-    waiting: VecDeque<PageRead>,
+    /// One flag per page-sized buffer.
+    buffer_used: Vec<bool>,
+    /// In-flight requests, by their first buffer.
+    ios: Vec<Option<Io>>,
+    in_flight: usize,
+    depth: usize,
+    /// Claimed runs waiting for buffers or a queue slot: demand reads first.
+    waiting: VecDeque<Vec<PageRead>>,
     /// Faults on busy pages, to retry.
     deferred: Vec<(PageNo, Fault)>,
     readahead: Option<Readahead>,
@@ -63,38 +76,28 @@ impl<'a> RingHandler<'a> {
     /// fallback note.
     pub fn new(rt: &'a Shared) -> Result<RingHandler<'a>, String> {
         let depth = rt.config.io.depth as usize;
+        let pages = depth.max((BUFFER_BYTES / rt.page_size).min(2 * MAX_WINDOW as usize));
         let entries = (depth * 2 + 8).next_power_of_two() as u32;
         let (ring, engine) = build_ring(entries, rt.config.io.poll)?;
-        let buffers = Mapping::reserve_aligned(
-            depth * rt.page_size,
-            rt.page_size,
-            "allocating read buffers",
-        )
-        .map_err(|e| e.to_string())?;
-        let iovecs: Vec<libc::iovec> = (0..depth)
-            .map(|i| libc::iovec {
-                // SAFETY: offsets stay inside the buffer mapping.
-                iov_base: unsafe { buffers.as_ptr().add(i * rt.page_size) }.cast(),
-                iov_len: rt.page_size,
-            })
-            .collect();
-        // SAFETY: the buffers are runtime-owned, live as long as the ring
-        // (both belong to this handler), and are never tiered memory.
-        let registered = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
+        let buffers = Mapping::reserve_aligned(pages * rt.page_size, rt.page_size, "allocating read buffers")
+            .map_err(|e| e.to_string())?;
+        let area = [libc::iovec {
+            iov_base: buffers.as_ptr().cast(),
+            iov_len: buffers.len(),
+        }];
+        // SAFETY: the area is runtime-owned, lives as long as the ring (both
+        // belong to this handler), and is never tiered memory.
+        let registered = unsafe { ring.submitter().register_buffers(&area) }.is_ok();
         let mut h = RingHandler {
             rt,
             ring,
-            engine: if registered {
-                engine
-            } else {
-                "io_uring (unregistered buffers)"
-            },
+            engine: if registered { engine } else { "io_uring (unregistered buffers)" },
             buffers,
             registered,
-            free_buffers: (0..depth as u16).rev().collect(),
-            in_flight: vec![None; depth],
-            in_flight_count: 0,
-            submitted_ns: vec![0; depth],
+            buffer_used: vec![false; pages],
+            ios: (0..pages).map(|_| None).collect(),
+            in_flight: 0,
+            depth,
             waiting: VecDeque::new(),
             deferred: Vec::new(),
             readahead: rt.config.io.readahead.then(Readahead::new),
@@ -110,9 +113,7 @@ impl<'a> RingHandler<'a> {
         ] {
             h.watch(fd, tag);
         }
-        h.ring
-            .submit()
-            .map_err(|e| format!("submitting polls: {e}"))?;
+        h.ring.submit().map_err(|e| format!("submitting polls: {e}"))?;
         Ok(h)
     }
 
@@ -142,15 +143,11 @@ impl<'a> RingHandler<'a> {
     }
 
     /// Blocks for at least one event, or briefly when busy pages wait.
-    ///
-    /// While reads are in flight their faulting threads sleep, so the CPU
-    /// is free: the handler polls for the completion instead of sleeping,
-    /// which saves a wake-up (tens of microseconds on a VM) per fault.
     fn wait(&mut self) {
-        if self.in_flight_count > 0 && self.poll_completions(POLL_NS) {
+        if self.in_flight > 0 && self.poll_completions() {
             return;
         }
-        let result = if !self.deferred.is_empty() && self.in_flight_count == 0 {
+        let result = if !self.deferred.is_empty() && self.in_flight == 0 {
             let ts = types::Timespec::new().nsec(BUSY_RETRY_NS);
             let args = types::SubmitArgs::new().timespec(&ts);
             self.ring.submitter().submit_with_args(1, &args)
@@ -159,38 +156,28 @@ impl<'a> RingHandler<'a> {
         };
         match result {
             Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINTR | libc::ETIME | libc::EBUSY)
-                ) => {}
-            Err(e) => self
-                .rt
-                .fatal(&format!("waiting on the fault ring failed: {e}")),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::ETIME | libc::EBUSY)) => {}
+            Err(e) => self.rt.fatal(&format!("waiting on the fault ring failed: {e}")),
         }
     }
 
-    /// Polls for a completion (a read, or a poll event such as a new
-    /// fault) for up to `limit_ns`; true if one arrived. Yielding keeps the
-    /// CPU out of idle (a halted vCPU costs tens of microseconds to wake)
-    /// without taking it from a runnable program thread.
-    fn poll_completions(&mut self, limit_ns: u64) -> bool {
-        let deadline = crate::sys::now_ns() + limit_ns;
+    /// Polls for a completion for up to `POLL_NS`; true if one arrived.
+    fn poll_completions(&mut self) -> bool {
+        let deadline = now_ns() + POLL_NS;
         loop {
             // Entering the kernel runs the completion's task work.
             if let Err(e) = self.ring.submit_and_wait(0) {
                 if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) {
-                    self.rt
-                        .fatal(&format!("polling the fault ring failed: {e}"));
+                    self.rt.fatal(&format!("polling the fault ring failed: {e}"));
                 }
             }
             if !self.ring.completion().is_empty() {
                 return true;
             }
-            if crate::sys::now_ns() > deadline {
+            if now_ns() > deadline {
                 return false;
             }
-            std::thread::yield_now();
+            std::hint::spin_loop();
         }
     }
 
@@ -214,9 +201,10 @@ impl<'a> RingHandler<'a> {
                     pause = true;
                     self.rearm_if_done(self.rt.pause.event.raw(), tag, flags);
                 }
-                buffer => self.complete(buffer as usize, result),
+                first_buffer => self.complete(first_buffer as usize, result),
             }
         }
+        self.start_waiting();
         (stop, pause)
     }
 
@@ -234,38 +222,41 @@ impl<'a> RingHandler<'a> {
         self.push(&poll);
     }
 
-    /// A read finished: install the page, then start a waiting read.
-    fn complete(&mut self, buffer: usize, result: i32) {
-        let Some(read) = self.in_flight[buffer].take() else {
+    /// A read finished: install its pages.
+    fn complete(&mut self, first: usize, result: i32) {
+        let Some(io) = self.ios[first].take() else {
             return;
         };
-        self.in_flight_count -= 1;
+        self.in_flight -= 1;
+        let len = io.reads.len() * self.rt.page_size;
         if result == -libc::EINTR || result == -libc::EAGAIN {
-            self.submit_read(buffer, read);
+            self.submit(first, io.reads);
             return;
         }
-        if result != self.rt.page_size as i32 {
+        if result != len as i32 {
+            let read = &io.reads[0];
             self.rt.fatal(&format!(
-                "reading page {} from backing slot {} failed: {}",
-                read.page,
+                "reading {} page(s) from backing slot {} (page {}) failed: {}",
+                io.reads.len(),
                 read.slot,
+                read.page,
                 if result < 0 {
                     io::Error::from_raw_os_error(-result).to_string()
                 } else {
-                    format!("short read of {result} bytes")
+                    format!("short read of {result} of {len} bytes")
                 }
             ));
         }
-        self.rt.store().read_done(read.slot);
-        if !read.prefetch {
-            self.rt
-                .read_latency
-                .record(crate::sys::now_ns().saturating_sub(self.submitted_ns[buffer]));
+        let took = now_ns().saturating_sub(io.submitted_ns);
+        for (i, read) in io.reads.iter().enumerate() {
+            self.rt.store().read_done(read.slot);
+            if !read.prefetch {
+                self.rt.read_latency.record(took);
+            }
+            finish_read(self.rt, read, self.buffer(first + i));
         }
-        finish_read(self.rt, &read, self.buffer(buffer));
-        self.free_buffers.push(buffer as u16);
-        if let Some(next) = self.waiting.pop_front() {
-            self.start(next);
+        for used in &mut self.buffer_used[first..first + io.reads.len()] {
+            *used = false;
         }
     }
 
@@ -299,7 +290,7 @@ impl<'a> RingHandler<'a> {
             Missing::Resolved => {}
             Missing::Busy => self.deferred.push((page, *fault)),
             Missing::Read(read) => {
-                self.start(read);
+                self.start(vec![read]);
                 self.read_ahead(page);
             }
         }
@@ -312,7 +303,8 @@ impl<'a> RingHandler<'a> {
         }
     }
 
-    /// Reads ahead of the stream `page` belongs to, if it is one.
+    /// Reads ahead of the stream `page` belongs to, if it is one: claims the
+    /// window's stored pages and reads runs of adjacent slots together.
     fn read_ahead(&mut self, page: PageNo) {
         let Some(window) = self.readahead.as_mut().and_then(|ra| ra.on_miss(page)) else {
             return;
@@ -323,44 +315,92 @@ impl<'a> RingHandler<'a> {
             prefetch_used(self.rt, q as PageNo);
             q += window.stride;
         }
+        let max_run = self.buffer_used.len() / 2;
+        let mut run: Vec<PageRead> = Vec::new();
         for k in 0..window.count as i64 {
             let q = window.start + k * window.stride;
             if !(0..pages).contains(&q) {
                 break;
             }
-            if let Some(read) = claim_for_prefetch(self.rt, q as PageNo) {
-                self.start(read);
+            let Some(read) = claim_for_prefetch(self.rt, q as PageNo) else {
+                continue;
+            };
+            let joins = run.last().is_some_and(|last| {
+                run.len() < max_run && self.rt.store().adjacent(last.slot, read.slot)
+            });
+            if !joins && !run.is_empty() {
+                self.start(std::mem::take(&mut run));
+            }
+            run.push(read);
+        }
+        if !run.is_empty() {
+            self.start(run);
+        }
+    }
+
+    /// Submits a run if the queue and buffers allow, else queues it.
+    fn start(&mut self, run: Vec<PageRead>) {
+        if self.waiting.is_empty() || !run[0].prefetch {
+            if let Some(first) = self.free_buffers(run.len()) {
+                if self.in_flight < self.depth {
+                    self.submit(first, run);
+                    return;
+                }
             }
         }
-    }
-
-    /// Submits `read` if a buffer is free, else queues it (demand first).
-    fn start(&mut self, read: PageRead) {
-        match self.free_buffers.pop() {
-            Some(buffer) => self.submit_read(buffer as usize, read),
-            None if read.prefetch => self.waiting.push_back(read),
-            None => self.waiting.push_front(read),
+        if run[0].prefetch {
+            self.waiting.push_back(run);
+        } else {
+            self.waiting.push_front(run);
         }
     }
 
-    fn submit_read(&mut self, buffer: usize, read: PageRead) {
-        let (fd, offset) = self.rt.store().read_target(read.slot);
-        let len = self.rt.page_size as u32;
-        let ptr = self.buffer(buffer);
+    fn start_waiting(&mut self) {
+        while self.in_flight < self.depth {
+            let Some(run) = self.waiting.front() else {
+                return;
+            };
+            let Some(first) = self.free_buffers(run.len()) else {
+                return;
+            };
+            let run = self.waiting.pop_front().unwrap_or_default();
+            self.submit(first, run);
+        }
+    }
+
+    /// The first of `n` adjacent free buffers.
+    fn free_buffers(&self, n: usize) -> Option<usize> {
+        let mut start = 0;
+        while start + n <= self.buffer_used.len() {
+            match self.buffer_used[start..start + n].iter().rposition(|u| *u) {
+                None => return Some(start),
+                Some(used) => start += used + 1,
+            }
+        }
+        None
+    }
+
+    fn submit(&mut self, first: usize, reads: Vec<PageRead>) {
+        let (fd, offset) = self.rt.store().read_target(reads[0].slot);
+        let len = (reads.len() * self.rt.page_size) as u32;
+        let ptr = self.buffer(first);
         let sqe = if self.registered {
-            opcode::ReadFixed::new(types::Fd(fd), ptr, len, buffer as u16)
+            opcode::ReadFixed::new(types::Fd(fd), ptr, len, 0)
                 .offset(offset)
                 .build()
         } else {
-            opcode::Read::new(types::Fd(fd), ptr, len)
-                .offset(offset)
-                .build()
+            opcode::Read::new(types::Fd(fd), ptr, len).offset(offset).build()
         }
-        .user_data(buffer as u64);
-        self.in_flight[buffer] = Some(read);
-        self.submitted_ns[buffer] = crate::sys::now_ns();
-        self.in_flight_count += 1;
-        Counters::max(&self.rt.counters.max_in_flight, self.in_flight_count as u64);
+        .user_data(first as u64);
+        for used in &mut self.buffer_used[first..first + reads.len()] {
+            *used = true;
+        }
+        self.ios[first] = Some(Io {
+            reads,
+            submitted_ns: now_ns(),
+        });
+        self.in_flight += 1;
+        Counters::max(&self.rt.counters.max_in_flight, self.in_flight as u64);
         self.push(&sqe);
     }
 
@@ -389,16 +429,8 @@ impl<'a> RingHandler<'a> {
 
     /// Finishes every read this handler has claimed.
     fn drain(&mut self) {
-        while self.in_flight_count > 0 || !self.waiting.is_empty() {
-            while let Some(read) = self.waiting.pop_front() {
-                match self.free_buffers.pop() {
-                    Some(b) => self.submit_read(b as usize, read),
-                    None => {
-                        self.waiting.push_front(read);
-                        break;
-                    }
-                }
-            }
+        while self.in_flight > 0 || !self.waiting.is_empty() {
+            self.start_waiting();
             self.flush();
             self.wait();
             let (_, _) = self.reap();
@@ -406,7 +438,7 @@ impl<'a> RingHandler<'a> {
     }
 
     fn buffer(&self, i: usize) -> *mut u8 {
-        // SAFETY: `i` < depth, so the offset stays inside the mapping.
+        // SAFETY: `i` is a buffer index, so the offset stays inside the area.
         unsafe { self.buffers.as_ptr().add(i * self.rt.page_size) }
     }
 }

@@ -60,6 +60,9 @@ impl Store for ForkedStore {
             None => self.inherited.read_target(slot),
         }
     }
+    fn adjacent(&self, slot: u64, next: u64) -> bool {
+        next == slot + 1 && (slot < self.boundary) == (next < self.boundary)
+    }
     fn read_done(&self, slot: u64) {
         match slot.checked_sub(self.boundary) {
             Some(own) => self.own.read_done(own),

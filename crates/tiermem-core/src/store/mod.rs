@@ -56,6 +56,11 @@ pub trait Store: Send + Sync {
     /// Where an asynchronous read of `slot` goes: a file descriptor and a
     /// byte offset (the handler submits it to its own io_uring).
     fn read_target(&self, slot: u64) -> (RawFd, u64);
+    /// Whether slot `next` directly follows slot `slot` on the same file, so
+    /// one read can cover both.
+    fn adjacent(&self, slot: u64, next: u64) -> bool {
+        next == slot + 1
+    }
     /// After an asynchronous read of `slot` completed (drops it from the
     /// page cache where the store cannot bypass it).
     fn read_done(&self, _slot: u64) {}
