@@ -110,6 +110,32 @@ impl Readahead {
         }
     }
 
+    /// A fault found `page` still being read ahead: the program has caught
+    /// up with the stream. Read the next window now (Linux's asynchronous
+    /// read-ahead), so the program does not stall at the window's end.
+    pub fn on_catch_up(&mut self, page: PageNo) -> Option<Window> {
+        let p = page as i64;
+        let i = self.streams.iter().position(|s| {
+            s.window > 0 && {
+                let from_last = (p - s.last) * s.stride.signum();
+                let to_ahead = (s.ahead - p) * s.stride.signum();
+                from_last > 0 && to_ahead > 0
+            }
+        })?;
+        self.clock += 1;
+        let s = &mut self.streams[i];
+        s.used = self.clock;
+        s.window = (s.window * 2).clamp(FIRST_WINDOW, MAX_WINDOW);
+        let start = s.ahead;
+        s.ahead = start + s.stride * s.window as i64;
+        Some(Window {
+            start,
+            stride: s.stride,
+            count: s.window,
+            passed_from: start,
+        })
+    }
+
     /// No stream predicted `p`: the nearest recent miss becomes a candidate
     /// with the stride from it, or the least recently used entry restarts.
     fn start_candidate(&mut self, p: i64) {
@@ -179,6 +205,17 @@ mod tests {
         assert_eq!(w2.start, next + 1);
         assert_eq!(w2.count, 2 * FIRST_WINDOW);
         assert_eq!(w2.passed_from, 102);
+    }
+
+    #[test]
+    fn catching_up_with_a_window_reads_the_next_one() {
+        let mut ra = Readahead::new();
+        ra.on_miss(10);
+        let w = ra.on_miss(11).unwrap();
+        assert_eq!(ra.on_catch_up(500), None, "outside every window");
+        let next = ra.on_catch_up(w.start as PageNo + 2).expect("inside the window");
+        assert_eq!(next.start, w.start + w.count as i64);
+        assert_eq!(next.count, 2 * FIRST_WINDOW);
     }
 
     #[test]

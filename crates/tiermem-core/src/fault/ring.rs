@@ -17,7 +17,7 @@ use std::io;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::readahead::{Readahead, MAX_WINDOW};
+use super::readahead::{Readahead, Window, MAX_WINDOW};
 use super::{
     begin_fault, claim_for_prefetch, finish_read, prefetch_used, resolve_missing, Missing,
     PageRead, FAULT_BATCH,
@@ -41,6 +41,10 @@ const BUSY_RETRY_NS: u32 = 20_000;
 const POLL_NS: u64 = 200_000;
 /// Bytes of read buffer per handler, beyond one page per queue slot.
 const BUFFER_BYTES: usize = 4 << 20;
+/// Largest read-ahead request: big enough for the device's sequential
+/// bandwidth, small enough that the first pages arrive soon and several
+/// requests overlap.
+const MAX_RUN_BYTES: usize = 128 << 10;
 
 /// One read request: pages in adjacent slots, landing in adjacent buffers.
 struct Io {
@@ -288,7 +292,13 @@ impl<'a> RingHandler<'a> {
     fn resolve(&mut self, page: PageNo, fault: &Fault) {
         match resolve_missing(self.rt, page, fault) {
             Missing::Resolved => {}
-            Missing::Busy => self.deferred.push((page, *fault)),
+            Missing::Busy => {
+                self.deferred.push((page, *fault));
+                let window = self.readahead.as_mut().and_then(|ra| ra.on_catch_up(page));
+                if let Some(window) = window {
+                    self.prefetch(window);
+                }
+            }
             Missing::Read(read) => {
                 self.start(vec![read]);
                 self.read_ahead(page);
@@ -315,7 +325,13 @@ impl<'a> RingHandler<'a> {
             prefetch_used(self.rt, q as PageNo);
             q += window.stride;
         }
-        let max_run = self.buffer_used.len() / 2;
+        self.prefetch(window);
+    }
+
+    fn prefetch(&mut self, window: Window) {
+        let pages = (self.rt.arena.len() / self.rt.page_size) as i64;
+        let max_run = (MAX_RUN_BYTES / self.rt.page_size)
+            .clamp(1, self.buffer_used.len() / 2);
         let mut run: Vec<PageRead> = Vec::new();
         for k in 0..window.count as i64 {
             let q = window.start + k * window.stride;
