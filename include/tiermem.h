@@ -63,7 +63,10 @@ struct tm_stats {
     uint64_t metadata_bytes;      /* DRAM the runtime uses for itself */
     uint64_t page_size;
     struct tm_latency fault_latency; /* as seen by the handler threads */
-    uint64_t reserved[8];
+    uint64_t prefetch_issued;     /* pages read ahead of demand */
+    uint64_t prefetch_hits;       /* read-ahead pages later used */
+    uint64_t prefetch_wasted;     /* read-ahead pages evicted unused */
+    uint64_t reserved[5];
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

@@ -75,6 +75,9 @@ int main(int argc, char **argv) {
     CHECK(st.page_ins > 0 && st.page_outs > 0 && st.faults > 0, "paging happened");
     CHECK(st.fault_latency.count > 0 && st.fault_latency.p50_ns > 0, "latency summary");
     CHECK(st.budget_bytes == 8 * MIB, "budget in stats");
+    CHECK(st.prefetch_hits <= st.prefetch_issued, "read-ahead hits %lu of %lu issued",
+          (unsigned long)st.prefetch_hits, (unsigned long)st.prefetch_issued);
+    CHECK(st.prefetch_issued > 0, "the sequential checks above must have been read ahead");
     CHECK(tm_stats(NULL) == -1 && errno == EINVAL, "tm_stats(NULL)");
 
     tm_free(b);

@@ -65,7 +65,10 @@ pub struct TmStats {
     pub metadata_bytes: u64,
     pub page_size: u64,
     pub fault_latency: TmLatency,
-    pub reserved: [u64; 8],
+    pub prefetch_issued: u64,
+    pub prefetch_hits: u64,
+    pub prefetch_wasted: u64,
+    pub reserved: [u64; 5],
 }
 
 thread_local! {
@@ -285,7 +288,10 @@ fn to_c(s: &Stats) -> TmStats {
             p999_ns: l.p999_ns,
             max_ns: l.max_ns,
         },
-        reserved: [0; 8],
+        prefetch_issued: s.prefetch_issued,
+        prefetch_hits: s.prefetch_hits,
+        prefetch_wasted: s.prefetch_wasted,
+        reserved: [0; 5],
     }
 }
 
