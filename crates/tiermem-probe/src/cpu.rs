@@ -359,78 +359,76 @@ impl<'a> CpuProbe<'a> {
         }
     }
 
-    /// L1 associativity: `w + 1` lines `c / w` apart all share one set of a
-    /// `w`-way cache; reading them evicts the first from L1 (its re-read
-    /// then takes an L2 hit). Decided on median latency against the
-    /// midpoint between an L1 hit and an L2 hit.
-    fn associativity(&mut self, c: usize, l: usize, l2: Option<usize>) -> Estimate {
+    /// Average ns per load of a dependent chase around `k` lines `step`
+    /// bytes apart (median of clean batches).
+    fn chase_set(&mut self, k: usize, step: usize) -> f64 {
+        let base = self.r.base;
+        let start = self.page() % (self.r.len - (k + 1) * step);
+        for i in 0..k {
+            let from = start + i * step;
+            let to = start + ((i + 1) % k) * step;
+            // SAFETY: in-region, 8-byte aligned offsets.
+            unsafe { (base.add(from) as *mut usize).write(to) };
+        }
+        let loads = 20_000;
+        let mut samples = Vec::new();
+        let mut tries = 0;
+        while samples.len() < 7 && tries < 30 {
+            tries += 1;
+            let mut p = start;
+            for _ in 0..4 * k {
+                // SAFETY: every link is an in-region offset.
+                p = unsafe { (base.add(p) as *const usize).read_volatile() };
+            }
+            let g = self.guard();
+            let t0 = std::time::Instant::now();
+            for _ in 0..loads {
+                // SAFETY: as above.
+                p = unsafe { (base.add(p) as *const usize).read_volatile() };
+            }
+            let el = t0.elapsed().as_nanos() as f64;
+            self.sink = self.sink.wrapping_add(p as u8);
+            if self.clean(g) {
+                samples.push(el / loads as f64);
+            }
+        }
+        median(&samples)
+    }
+
+    /// L1 associativity, seed 004's method with chasing instead of single
+    /// timed loads (an L1 and an L2 hit differ by less than the timing
+    /// overhead): `w + 1` lines one way apart all fall into one set of a
+    /// `w`-way cache, so chasing around them misses L1 on every load once
+    /// `w` reaches the associativity. A way spans a power of two (sets are
+    /// indexed by address bits): the one nearest to the measured size / `w`.
+    fn associativity(&mut self, c: usize, l: usize, _l2: Option<usize>) -> Estimate {
         if c < 4 * l {
             return Estimate::default();
         }
-        // An L2 hit: a line pushed out of L1 by reading 4x L1 of others.
-        let mut l1_hits = Vec::new();
-        let mut l2_hits = Vec::new();
-        let evict_span = 4 * c;
-        for _ in 0..64 {
-            let a = self.page();
-            let _ = self.read(a);
-            let g = self.guard();
-            let h = self.read(a);
-            if self.clean(g) {
-                l1_hits.push(h as f64);
-            }
-            let other = (a + 8192 + 64) % (self.r.len - evict_span);
-            let mut off = other;
-            while off < other + evict_span {
-                self.sink = self.sink.wrapping_add(unsafe { *self.r.at(off) });
-                off += l;
-            }
-            let g = self.guard();
-            let t = self.read(a);
-            if self.clean(g) {
-                l2_hits.push(t as f64);
-            }
-        }
-        let h1 = median(&l1_hits);
-        let h2 = median(&l2_hits);
-        let thr = (h1 + h2) / 2.0;
+        let base_lat = self.chase_set(2, 64);
         let mut w = 1;
-        let mut points = Vec::new();
+        let mut lats = Vec::new();
         while c / w >= l && w <= 64 {
-            let step = c / w;
-            let mut t = Vec::new();
-            for _ in 0..64 {
-                let a = self.page() % (self.r.len - (w + 1) * step);
-                for j in 0..=w {
-                    let _ = self.read(a + j * step);
-                }
-                for j in 1..=w {
-                    let _ = self.read(a + j * step);
-                }
-                let g = self.guard();
-                let v = self.read(a);
-                if self.clean(g) {
-                    t.push(v as f64);
-                }
-            }
-            let m = median(&t);
-            let conflict = t.iter().filter(|&&v| v > thr).count();
-            points.push((w, m, conflict, t.len()));
-            self.ev
-                .assoc_points
-                .push((w as f64, conflict as f64 / t.len().max(1) as f64));
-            if m > thr {
-                let _ = l2;
+            let step = 1usize << ((c as f64 / w as f64).log2().round() as u32);
+            let lat = self.chase_set(w + 1, step);
+            lats.push(lat);
+            self.ev.assoc_points.push((w as f64, lat / base_lat));
+            if lat > 1.5 * base_lat {
+                // Confirm: one way fewer must stay in L1.
+                let below = if w > 1 {
+                    self.chase_set(w, step)
+                } else {
+                    base_lat
+                };
+                let confirmed = below < 1.25 * base_lat;
                 return Estimate {
                     value: w as u64,
-                    confidence: vote_confidence(conflict, t.len()),
+                    confidence: if confirmed { 0.9 } else { 0.4 },
                     evidence: format!(
-                        "L1: {} lines {} apart evict the first (re-read {:.0} vs L1 hit {:.0} / L2 hit {:.0} ticks)",
+                        "L1: chasing {} lines {} apart takes {lat:.1} ns per load, {} lines {below:.1} ns (L1 hit {base_lat:.1} ns)",
                         w + 1,
                         crate::report::size(step as u64),
-                        m,
-                        h1,
-                        h2
+                        w
                     ),
                 };
             }
@@ -439,7 +437,10 @@ impl<'a> CpuProbe<'a> {
         Estimate {
             value: 0,
             confidence: 0.3,
-            evidence: format!("no L1 set conflict found up to {} ways", w / 2),
+            evidence: format!(
+                "no L1 set conflict up to {} ways (ns per load {lats:.1?}, L1 hit {base_lat:.1})",
+                w / 2
+            ),
         }
     }
 
@@ -489,18 +490,16 @@ impl<'a> CpuProbe<'a> {
 }
 
 /// Cache levels in a latency-by-size curve. The curve is cut into flat
-/// stretches (plateaus: steps under 8%) and rises between them. With
-/// random replacement a working set `s` above a level's size `C` hits it
-/// with probability about `C / s`, so each point of a rise from plateau
-/// latency `a` to `b` estimates `C = s (1 - (lat - a) / (b - a))`; a level
-/// is the median estimate of its rise.
+/// stretches (plateaus: steps under 12%, within 30%) and rises between them; a level's
+/// size is where a quarter of its rise is done (latency a quarter of the
+/// way between the two plateaus: the first misses), in log size.
 fn levels_of(sizes: &[usize], lat: &[f64]) -> Vec<usize> {
     let n = lat.len();
     let mut plateaus: Vec<(usize, usize)> = Vec::new(); // index ranges
     let mut i = 0;
     while i < n {
         let mut j = i;
-        while j + 1 < n && lat[j + 1] / lat[j] < 1.08 && lat[j + 1] / lat[i] < 1.15 {
+        while j + 1 < n && lat[j + 1] / lat[j] < 1.12 && lat[j + 1] / lat[i] < 1.3 {
             j += 1;
         }
         if j > i {
@@ -513,21 +512,16 @@ fn levels_of(sizes: &[usize], lat: &[f64]) -> Vec<usize> {
         let ((a0, a1), (b0, _)) = (w[0], w[1]);
         let la = crate::stats::median(&lat[a0..=a1]);
         let lb = lat[b0];
-        if lb < la * 1.2 {
+        if lb < la * 1.5 {
             continue;
         }
-        let mut est = Vec::new();
-        for k in a1..=b0 {
-            let m = (lat[k] - la) / (lb - la);
-            if (0.05..0.95).contains(&m) {
-                est.push(sizes[k] as f64 * (1.0 - m));
-            }
-        }
-        let c = if est.is_empty() {
-            sizes[a1] as f64
-        } else {
-            crate::stats::median(&est)
+        let half = la + 0.25 * (lb - la);
+        let Some(k) = (a1 + 1..=b0).find(|&k| lat[k] >= half) else {
+            continue;
         };
+        let (x0, x1) = ((sizes[k - 1] as f64).log2(), (sizes[k] as f64).log2());
+        let f = ((half - lat[k - 1]) / (lat[k] - lat[k - 1])).clamp(0.0, 1.0);
+        let c = 2f64.powf(x0 + f * (x1 - x0));
         levels.push(c as usize / 64 * 64);
     }
     levels

@@ -34,6 +34,7 @@ fn font() -> bool {
 }
 
 type Res = Result<(), Box<dyn std::error::Error>>;
+type Job<'a> = (&'static str, Box<dyn Fn(&Path) -> Res + 'a>);
 
 /// Writes every figure into `dir` (created if needed).
 pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
@@ -47,7 +48,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             .map(|&(x, y)| (if logx { x.log2() } else { x }, y.log10()))
             .collect()
     };
-    let jobs: Vec<(&str, Box<dyn Fn(&Path) -> Res>)> = vec![
+    let jobs: Vec<Job> = vec![
         (
             "4.1-line-first-read.png",
             Box::new(|p| {

@@ -157,11 +157,11 @@ impl Report {
 pub fn size(b: u64) -> String {
     if b == 0 {
         "0".into()
-    } else if b % (1 << 30) == 0 {
+    } else if b.is_multiple_of(1 << 30) {
         format!("{} GiB", b >> 30)
     } else if b >= 1 << 20 {
         format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
-    } else if b % 1024 == 0 {
+    } else if b.is_multiple_of(1024) {
         format!("{} KiB", b >> 10)
     } else {
         format!("{b} B")

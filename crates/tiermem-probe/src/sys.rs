@@ -49,7 +49,7 @@ mod arch {
 
     /// Evicts the CPU cache line holding `p` from every level.
     #[inline(always)]
-    pub fn clflush(p: *const u8) {
+    pub(crate) fn clflush(p: *const u8) {
         // SAFETY: clflush of a mapped address has no other precondition.
         unsafe {
             _mm_mfence();
@@ -71,7 +71,7 @@ mod arch {
     pub fn fence() {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
-    pub fn clflush(_p: *const u8) {}
+    pub(crate) fn clflush(_p: *const u8) {}
     fn now() -> u64 {
         let mut ts = libc::timespec {
             tv_sec: 0,
@@ -83,12 +83,12 @@ mod arch {
     }
 }
 
-pub use arch::clflush;
+pub(crate) use arch::clflush;
 
 /// Cycles taken by one read of the byte at `p`; the value read goes to
 /// `sink` so the load cannot be optimised away.
 #[inline(never)]
-pub fn time_read(p: *const u8, sink: &mut u8) -> u64 {
+pub(crate) fn time_read(p: *const u8, sink: &mut u8) -> u64 {
     let t0 = arch::begin();
     // SAFETY: callers pass addresses inside a live mapping.
     let v = unsafe { std::ptr::read_volatile(p) };
@@ -100,7 +100,7 @@ pub fn time_read(p: *const u8, sink: &mut u8) -> u64 {
 /// Cycles taken by one write of `v` to `p`, until the store is globally
 /// visible (the mfence drains the store buffer before the clock is read).
 #[inline(never)]
-pub fn time_write(p: *mut u8, v: u8) -> u64 {
+pub(crate) fn time_write(p: *mut u8, v: u8) -> u64 {
     let t0 = arch::begin();
     // SAFETY: callers pass addresses inside a live writable mapping.
     unsafe { std::ptr::write_volatile(p, v) };
@@ -111,7 +111,7 @@ pub fn time_write(p: *mut u8, v: u8) -> u64 {
 
 /// An untimed read (for clearing and warming).
 #[inline(always)]
-pub fn touch(p: *const u8, sink: &mut u8) {
+pub(crate) fn touch(p: *const u8, sink: &mut u8) {
     // SAFETY: callers pass addresses inside a live mapping.
     *sink = sink.wrapping_add(unsafe { std::ptr::read_volatile(p) });
 }
@@ -160,7 +160,7 @@ pub fn raw_map(len: usize) -> *mut u8 {
     p as *mut u8
 }
 
-pub fn raw_unmap(p: *mut u8, len: usize) {
+pub(crate) fn raw_unmap(p: *mut u8, len: usize) {
     // SAFETY: `p`/`len` came from `raw_map`.
     unsafe { libc::syscall(libc::SYS_munmap, p as usize, len) };
 }
@@ -321,7 +321,7 @@ impl IrqCounter {
     fn fill(&mut self) -> Option<&[u8]> {
         let mut total = 0usize;
         // SAFETY: the buffer has IRQ_BUF bytes of capacity.
-        let dst = unsafe { std::slice::from_raw_parts_mut(self.buf.ptr as *mut u8, IRQ_BUF) };
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.buf.ptr, IRQ_BUF) };
         loop {
             // SAFETY: reads into our buffer, within its capacity.
             let n = unsafe {
@@ -396,7 +396,7 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -406,7 +406,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            (self.next() % n as u64) as usize
+            (self.next_u64() % n as u64) as usize
         }
     }
     pub fn shuffle<T>(&mut self, v: &mut [T]) {

@@ -4,8 +4,8 @@
 //! today), write-back.
 //!
 //! Tiermem's adaptive read-ahead (`TIERMEM_READAHEAD`, on by default) is a
-//! prefetcher whose degree grows with the stream; these configurations turn
-//! it off so that "prefetch 0" is the known truth.
+//! prefetcher whose degree grows with the stream; the configurations with a
+//! known prefetch of 0 turn it off, and one test checks that it is seen.
 //!
 //! Needs userfaultfd and `target/<profile>/libtiermem.so` (built with the
 //! workspace). The probes run one at a time: they time accesses, and two at
@@ -22,19 +22,20 @@ struct Known {
     page: u64,
 }
 
-fn probe(k: Known) {
+/// Runs the probe; returns its JSON output (checked for exactly the five keys).
+fn run_probe(k: &Known, readahead: &str) -> serde_json::Value {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_tiermem-probe"))
         .args(["--target", "tiermem", "--json", "--seed"])
-        .arg(format!("{}", k.page))
+        .arg(k.page.to_string())
         .arg("--dram")
         .arg(k.dram.to_string())
         .arg("--page-size")
         .arg(k.page.to_string())
         .arg("--backing")
         .arg(std::env::temp_dir())
-        .env("TIERMEM_READAHEAD", "off")
+        .env("TIERMEM_READAHEAD", readahead)
         .env_remove("TIERMEM_POLICY")
         .output()
         .expect("running tiermem-probe");
@@ -47,11 +48,10 @@ fn probe(k: Known) {
         out.status
     );
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON output");
-    let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-    let mut sorted = keys.clone();
-    sorted.sort_unstable();
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    keys.sort_unstable();
     assert_eq!(
-        sorted,
+        keys,
         [
             "associativity",
             "cache_size_bytes",
@@ -61,7 +61,16 @@ fn probe(k: Known) {
         ],
         "exactly the five keys"
     );
-    println!("budget {} page {}: {v} ({secs:.1} s)", k.dram, k.page);
+    println!(
+        "budget {} page {} read-ahead {readahead}: {v} ({secs:.1} s)",
+        k.dram, k.page
+    );
+    assert!(secs < 60.0, "the probe took {secs:.1} s");
+    v
+}
+
+fn recovers(k: Known) {
+    let v = run_probe(&k, "off");
     let size = v["cache_size_bytes"].as_u64().unwrap() as f64;
     let budget = k.dram as f64;
     assert!(
@@ -80,12 +89,11 @@ fn probe(k: Known) {
         Some("write-back"),
         "write policy: {v}"
     );
-    assert!(secs < 60.0, "the probe took {secs:.1} s");
 }
 
 #[test]
 fn fully_associative_4k_pages_no_prefetch_write_back() {
-    probe(Known {
+    recovers(Known {
         dram: 8 << 20,
         page: 4 << 10,
     });
@@ -93,7 +101,7 @@ fn fully_associative_4k_pages_no_prefetch_write_back() {
 
 #[test]
 fn sixteen_kib_pages() {
-    probe(Known {
+    recovers(Known {
         dram: 16 << 20,
         page: 16 << 10,
     });
@@ -101,8 +109,29 @@ fn sixteen_kib_pages() {
 
 #[test]
 fn sixty_four_kib_pages() {
-    probe(Known {
+    recovers(Known {
         dram: 16 << 20,
         page: 64 << 10,
     });
+}
+
+/// The prefetch test is not blind: tiermem's adaptive read-ahead is seen as
+/// prefetching, and the other parameters are still recovered.
+#[test]
+fn read_ahead_is_seen_as_prefetch() {
+    let k = Known {
+        dram: 8 << 20,
+        page: 4 << 10,
+    };
+    let v = run_probe(&k, "on");
+    assert!(
+        v["prefetch_lines"].as_u64().unwrap() > 0,
+        "no prefetch seen: {v}"
+    );
+    assert_eq!(
+        v["line_size_bytes"].as_u64(),
+        Some(k.page),
+        "line size: {v}"
+    );
+    assert_eq!(v["associativity"].as_u64(), Some(0), "associativity: {v}");
 }
