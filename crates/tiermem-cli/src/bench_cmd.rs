@@ -50,7 +50,7 @@ pub struct BenchArgs {
     /// Page size: the unit of access and of tiermem paging (4K .. 2M).
     #[arg(long, default_value = "4K", env = "TIERMEM_PAGE_SIZE")]
     page_size: String,
-    /// tiermem replacement policy: clock or fifo.
+    /// tiermem replacement policy: clock, fifo or s3fifo.
     #[arg(long, default_value = "clock", env = "TIERMEM_POLICY")]
     policy: String,
     /// tiermem userfaultfd handler threads (default: by CPU count).

@@ -101,9 +101,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE")]
     page_size: Option<String>,
 
-    /// Replacement policy: clock (second chance with reference detection)
-    /// or fifo. [default: TIERMEM_POLICY, else clock]
-    #[arg(long, value_name = "clock|fifo")]
+    /// Replacement policy: clock (second chance with reference detection),
+    /// fifo, or s3fifo (scan-resistant). [default: TIERMEM_POLICY, else clock]
+    #[arg(long, value_name = "clock|fifo|s3fifo")]
     policy: Option<String>,
 
     /// userfaultfd handler threads, 1 to 64, each pinned to a CPU.

@@ -65,7 +65,9 @@ fn us(ns: u64) -> String {
 /// device read (first touches, probation rescues, write-protect faults):
 /// accesses to mapped pages never trap, so true hits cannot be counted.
 pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
-    let served_from_dram = s.faults.saturating_sub(s.page_ins);
+    // Read-ahead pages are page-ins no fault waited for.
+    let demand_reads = s.page_ins.saturating_sub(s.prefetch_issued);
+    let served_from_dram = s.faults.saturating_sub(demand_reads);
     let l = &s.fault_latency;
     format!(
         "\n── tiermem: {program} (pid {pid}) ──────────────────────────────\n\
