@@ -28,7 +28,9 @@ enum Command {
     Probe(tiermem_probe::ProbeArgs),
     /// Internal: one probe worker process (used by `tiermem probe`).
     #[command(name = "__probe-worker", hide = true)]
-    ProbeWorker { spec: String },
+    ProbeWorker {
+        spec: String,
+    },
     /// Internal: one benchmark worker process (used by `tiermem bench`).
     #[command(name = "__bench-worker", hide = true)]
     BenchWorker {

@@ -182,7 +182,11 @@ mod tests {
     fn a_sequential_stream_is_confirmed_then_its_window_grows() {
         let mut ra = Readahead::new();
         assert_eq!(ra.on_miss(100), None, "one miss is no stream");
-        assert_eq!(ra.on_miss(101), None, "two adjacent misses are no stream either");
+        assert_eq!(
+            ra.on_miss(101),
+            None,
+            "two adjacent misses are no stream either"
+        );
         let w = ra.on_miss(102).expect("the third sequential miss confirms");
         assert_eq!((w.start, w.stride, w.count), (103, 1, FIRST_WINDOW));
         // The program reads the window without faulting, then misses just past it.
@@ -200,7 +204,9 @@ mod tests {
         ra.on_miss(11);
         let w = ra.on_miss(12).unwrap();
         assert_eq!(ra.on_catch_up(500), None, "outside every window");
-        let next = ra.on_catch_up(w.start as PageNo + 2).expect("inside the window");
+        let next = ra
+            .on_catch_up(w.start as PageNo + 2)
+            .expect("inside the window");
         assert_eq!(next.start, w.start + w.count as i64);
         assert_eq!(next.count, 2 * FIRST_WINDOW);
     }

@@ -83,8 +83,12 @@ impl<'a> RingHandler<'a> {
         let pages = depth.max((BUFFER_BYTES / rt.page_size).min(2 * MAX_WINDOW as usize));
         let entries = (depth * 2 + 8).next_power_of_two() as u32;
         let (ring, engine) = build_ring(entries, rt.config.io.poll)?;
-        let buffers = Mapping::reserve_aligned(pages * rt.page_size, rt.page_size, "allocating read buffers")
-            .map_err(|e| e.to_string())?;
+        let buffers = Mapping::reserve_aligned(
+            pages * rt.page_size,
+            rt.page_size,
+            "allocating read buffers",
+        )
+        .map_err(|e| e.to_string())?;
         let area = [libc::iovec {
             iov_base: buffers.as_ptr().cast(),
             iov_len: buffers.len(),
@@ -95,7 +99,11 @@ impl<'a> RingHandler<'a> {
         let mut h = RingHandler {
             rt,
             ring,
-            engine: if registered { engine } else { "io_uring (unregistered buffers)" },
+            engine: if registered {
+                engine
+            } else {
+                "io_uring (unregistered buffers)"
+            },
             buffers,
             registered,
             buffer_used: vec![false; pages],
@@ -117,7 +125,9 @@ impl<'a> RingHandler<'a> {
         ] {
             h.watch(fd, tag);
         }
-        h.ring.submit().map_err(|e| format!("submitting polls: {e}"))?;
+        h.ring
+            .submit()
+            .map_err(|e| format!("submitting polls: {e}"))?;
         Ok(h)
     }
 
@@ -160,8 +170,14 @@ impl<'a> RingHandler<'a> {
         };
         match result {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::ETIME | libc::EBUSY)) => {}
-            Err(e) => self.rt.fatal(&format!("waiting on the fault ring failed: {e}")),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::ETIME | libc::EBUSY)
+                ) => {}
+            Err(e) => self
+                .rt
+                .fatal(&format!("waiting on the fault ring failed: {e}")),
         }
     }
 
@@ -172,7 +188,8 @@ impl<'a> RingHandler<'a> {
             // Entering the kernel runs the completion's task work.
             if let Err(e) = self.ring.submit_and_wait(0) {
                 if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) {
-                    self.rt.fatal(&format!("polling the fault ring failed: {e}"));
+                    self.rt
+                        .fatal(&format!("polling the fault ring failed: {e}"));
                 }
             }
             if !self.ring.completion().is_empty() {
@@ -330,8 +347,7 @@ impl<'a> RingHandler<'a> {
 
     fn prefetch(&mut self, window: Window) {
         let pages = (self.rt.arena.len() / self.rt.page_size) as i64;
-        let max_run = (MAX_RUN_BYTES / self.rt.page_size)
-            .clamp(1, self.buffer_used.len() / 2);
+        let max_run = (MAX_RUN_BYTES / self.rt.page_size).clamp(1, self.buffer_used.len() / 2);
         let mut run: Vec<PageRead> = Vec::new();
         for k in 0..window.count as i64 {
             let q = window.start + k * window.stride;
@@ -405,7 +421,9 @@ impl<'a> RingHandler<'a> {
                 .offset(offset)
                 .build()
         } else {
-            opcode::Read::new(types::Fd(fd), ptr, len).offset(offset).build()
+            opcode::Read::new(types::Fd(fd), ptr, len)
+                .offset(offset)
+                .build()
         }
         .user_data(first as u64);
         for used in &mut self.buffer_used[first..first + reads.len()] {
