@@ -613,7 +613,7 @@ fn bad_values_stop_before_the_program() {
         ),
         (
             &["--policy", "lru"],
-            &["TIERMEM_POLICY", "'lru'", "fifo or clock"],
+            &["TIERMEM_POLICY", "'lru'", "fifo, clock or s3fifo"],
         ),
         (
             &["--handler-threads", "0"],

@@ -224,6 +224,7 @@ fn a_backing_file_serves_one_process_at_a_time() {
     let path = dir.path().join("backing");
     std::fs::OpenOptions::new()
         .create(true)
+        .truncate(true)
         .write(true)
         .mode(0o600)
         .open(&path)

@@ -94,8 +94,8 @@ fn run(policy: PolicyKind) -> Outcome {
 fn s3fifo_keeps_the_hot_set_through_a_scan() {
     println!(
         "hot set {} MiB, scan {} MiB, budget {} MiB, {} KiB pages",
-        HOT_PAGES * PAGE >> 20,
-        SCAN_PAGES * PAGE >> 20,
+        (HOT_PAGES * PAGE) >> 20,
+        (SCAN_PAGES * PAGE) >> 20,
         BUDGET >> 20,
         PAGE >> 10
     );
