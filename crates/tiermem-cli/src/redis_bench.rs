@@ -29,7 +29,6 @@ use tiermem_core::parse_size;
 
 /// Where libtiermem.so is, overriding the search next to the binary.
 const ENV_LIB: &str = "TIERMEM_LIB";
-const LIB_NAME: &str = "libtiermem.so";
 /// Keys per pipelined batch when loading and verifying.
 const BATCH_KEYS: u64 = 200;
 /// Upper bound on the bytes of values in one batch.
@@ -388,59 +387,15 @@ fn find_tool(given: Option<&Path>, name: &str, flag: &str) -> anyhow::Result<Pat
         })
 }
 
-/// The libtiermem.so to preload, as an absolute path without characters
-/// LD_PRELOAD cannot express.
+/// The libtiermem.so to preload: found the way `tiermem run` finds it.
 fn find_library() -> anyhow::Result<PathBuf> {
-    let found = match std::env::var_os(ENV_LIB).filter(|v| !v.is_empty()) {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            if !p.is_file() {
-                bail!(
-                    "{ENV_LIB}={} does not name an existing file.\n\
-                     Fix: point {ENV_LIB} at libtiermem.so, or unset it to use the one next to the tiermem binary.",
-                    p.display()
-                );
-            }
-            p
-        }
-        None => {
-            let exe = std::env::current_exe().context("locating the tiermem binary")?;
-            let dir = exe.parent().unwrap_or(Path::new("/"));
-            let lib_dir = dir.parent().unwrap_or(dir).join("lib");
-            let candidates = [
-                dir.join(LIB_NAME),
-                lib_dir.join(LIB_NAME),
-                lib_dir.join("tiermem").join(LIB_NAME),
-            ];
-            match candidates.iter().find(|c| c.is_file()) {
-                Some(c) => c.clone(),
-                None => {
-                    let searched: Vec<String> = candidates
-                        .iter()
-                        .map(|c| format!("  {}", c.display()))
-                        .collect();
-                    bail!(
-                        "cannot find {LIB_NAME}, which tiermem mode preloads into redis-server. Searched:\n{}\n\
-                         Fix: build it with `cargo build --release -p tiermem-capi` (it lands next to the tiermem \
-                         binary in target/release/), set {ENV_LIB} to its path, or leave tiermem out of --modes.",
-                        searched.join("\n")
-                    );
-                }
-            }
-        }
-    };
-    let abs = found
-        .canonicalize()
-        .with_context(|| format!("resolving the path of {}", found.display()))?;
-    let text = abs.to_string_lossy();
-    if text.contains([':', ' ', '\t', '\n']) || text.contains('\u{fffd}') {
-        bail!(
-            "the path of {LIB_NAME}, {}, contains a colon, a space or invalid UTF-8, which LD_PRELOAD cannot express.\n\
-             Fix: copy it to a plain directory and set {ENV_LIB} to it.",
-            abs.display()
-        );
-    }
-    Ok(abs)
+    crate::run_cmd::find_library(
+        std::env::var_os(ENV_LIB),
+        std::env::current_exe().context("locating the tiermem binary")?,
+    )
+    .context(
+        "tiermem mode preloads libtiermem.so into redis-server (or leave tiermem out of --modes)",
+    )
 }
 
 /// Runs one mode; errors become a `Failed` report, unavailability `Skipped`.

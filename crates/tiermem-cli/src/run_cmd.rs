@@ -510,7 +510,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// The libtiermem.so to preload, as an absolute path.
-fn find_library(env_lib: Option<OsString>, exe: PathBuf) -> anyhow::Result<PathBuf> {
+pub(crate) fn find_library(env_lib: Option<OsString>, exe: PathBuf) -> anyhow::Result<PathBuf> {
     let found = match env_lib.filter(|v| !v.is_empty()) {
         Some(p) => {
             let p = PathBuf::from(p);

@@ -2,42 +2,13 @@
 //! modes, JSON output, no lost keys. Needs redis-server and redis-benchmark;
 //! skipped without them unless CI is set.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "../../../tests/support/libtiermem.rs"]
+mod libtiermem;
 
 fn tiermem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tiermem"))
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// `cargo test` does not build the cdylib: build libtiermem.so for the same
-/// profile, so that it lands next to the tiermem binary under test.
-fn build_library() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tiermem"));
-    let dir = bin.parent().unwrap().to_path_buf();
-    let release = dir.file_name().is_some_and(|n| n == "release");
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .args(["build", "-p", "tiermem-capi"])
-        .current_dir(repo_root());
-    if release {
-        cargo.arg("--release");
-    }
-    assert!(
-        cargo.status().unwrap().success(),
-        "building libtiermem.so failed"
-    );
-    assert!(
-        dir.join("libtiermem.so").exists(),
-        "libtiermem.so not built in {}",
-        dir.display()
-    );
 }
 
 fn in_path(name: &str) -> bool {
@@ -69,7 +40,7 @@ fn bench_redis_runs_dram_and_tiermem_without_losing_keys() {
     if !redis_available() {
         return;
     }
-    build_library();
+    libtiermem::libtiermem();
     let out = tiermem()
         .args(["bench-redis", "--dataset", "64M", "--dram", "16M"])
         .args(["--requests", "2000", "--modes", "dram,tiermem", "--json"])

@@ -16,9 +16,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
+
+#[path = "../../../tests/support/libtiermem.rs"]
+mod support;
+use support::{libtiermem, repo_root};
 
 /// A run that takes longer than this has hung: kill it and fail.
 const RUN_TIMEOUT: Duration = Duration::from_secs(240);
@@ -26,38 +29,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(240);
 // ---------------------------------------------------------------------------
 // Plumbing: the library, scratch directories, programs, runs with a timeout.
 // ---------------------------------------------------------------------------
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// target/<profile>/libtiermem.so, built once per test binary for this test's
-/// profile (`cargo test` does not build the cdylib of another package).
-fn tiermem_lib() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-        let release = dir.file_name().is_some_and(|n| n == "release");
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "-p", "tiermem-capi"])
-            .current_dir(repo_root());
-        if release {
-            cargo.arg("--release");
-        }
-        assert!(
-            cargo.status().unwrap().success(),
-            "building libtiermem.so failed"
-        );
-        let lib = dir.join("libtiermem.so");
-        assert!(lib.exists(), "libtiermem.so not built in {}", dir.display());
-        lib
-    })
-}
 
 /// A fresh directory under /var/tmp (the backing file's filesystem), removed
 /// on drop.
@@ -104,7 +75,7 @@ fn tiermem_run(dram: &str, backing: &Path, program: impl AsRef<OsStr>) -> Comman
         .arg(backing)
         .args(["--stats", "--"])
         .arg(program)
-        .env("TIERMEM_LIB", tiermem_lib());
+        .env("TIERMEM_LIB", libtiermem());
     cmd
 }
 
