@@ -91,8 +91,8 @@ impl<'a> Evictor<'a> {
                 return;
             }
             let n = (need as usize).min(BATCH);
-            let demoted = self.fill_probation(n);
-            let freed = self.evict_from_probation(n);
+            let (demoted, dropped) = self.fill_probation(n);
+            let freed = dropped + self.evict_from_probation(n.saturating_sub(dropped));
             if demoted == 0 && freed == 0 {
                 // Nothing evictable right now (pages busy or none resident).
                 std::thread::sleep(Duration::from_micros(200));
@@ -102,26 +102,31 @@ impl<'a> Evictor<'a> {
     }
 
     /// Demotes until probation holds its target plus the `n` pages about to
-    /// leave, so that it keeps its size while pages flow through it.
-    fn fill_probation(&mut self, n: usize) -> usize {
-        let want = self.rt.probation_target() as usize + n;
-        let mut demoted = 0;
-        while self.probation.len() < want {
-            let batch = (want - self.probation.len()).min(BATCH);
-            let got = self.demote(batch);
+    /// leave, so that it keeps its size while pages flow through it. Clean
+    /// pages that a policy without probation drops at once leave DRAM right
+    /// here and count towards `n`. Returns (demoted, dropped).
+    fn fill_probation(&mut self, n: usize) -> (usize, usize) {
+        let target = self.rt.probation_target() as usize;
+        let (mut demoted, mut dropped) = (0, 0);
+        while self.probation.len() + dropped < target + n {
+            let batch = (target + n - self.probation.len() - dropped).min(BATCH);
+            let (got, gone) = self.demote(batch);
             if got == 0 {
                 break;
             }
             demoted += got;
+            dropped += gone;
         }
-        demoted
+        (demoted, dropped)
     }
 
-    /// Step 1. Returns how many pages were unmapped.
-    fn demote(&mut self, want: usize) -> usize {
+    /// Step 1. Returns how many pages were picked, and how many of them left
+    /// DRAM at once (clean, with a valid slot, and no probation to keep them).
+    fn demote(&mut self, want: usize) -> (usize, usize) {
         if want == 0 {
-            return 0;
+            return (0, 0);
         }
+        let mut dropped = 0;
         let rt = self.rt;
         self.victims.clear();
         rt.policy.pick_victims(&rt.table, want, &mut self.victims);
@@ -160,10 +165,11 @@ impl<'a> Evictor<'a> {
                     );
                     rt.budget.uncharge(1);
                     Counters::add(&rt.counters.clean_drops, 1);
+                    dropped += 1;
                 }
             }
         }
-        self.victims.len()
+        (self.victims.len(), dropped)
     }
 
     /// Owns a resident victim and saves its content where needed.
