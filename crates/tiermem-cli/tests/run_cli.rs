@@ -11,7 +11,6 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Settings that could leak in from the environment of `cargo test`.
@@ -32,48 +31,9 @@ const SCRUBBED: [&str; 14] = [
     "LD_LIBRARY_PATH",
 ];
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
-
-/// target/<profile>/libtiermem.so, built once per test process for the
-/// profile these tests were built with.
-fn built_library() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test binary path");
-        let dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>/deps")
-            .to_path_buf();
-        let release = dir.file_name().is_some_and(|n| n == "release");
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "-p", "tiermem-capi"])
-            .current_dir(repo_root());
-        if release {
-            cargo.arg("--release");
-        }
-        let built = cargo.status().is_ok_and(|s| s.success());
-        let lib = dir.join("libtiermem.so");
-        assert!(
-            lib.exists(),
-            "libtiermem.so not built in {} (cargo build -p tiermem-capi ok: {built})",
-            dir.display()
-        );
-        if !built {
-            eprintln!(
-                "warning: building tiermem-capi failed; using the existing {}",
-                lib.display()
-            );
-        }
-        lib
-    })
-}
+#[path = "../../../tests/support/libtiermem.rs"]
+mod support;
+use support::libtiermem as built_library;
 
 /// A scratch directory with a private copy of libtiermem.so.
 struct Scratch {
