@@ -21,6 +21,8 @@ pub struct CpuProbe<'a> {
     rng: Rng,
     tpn: f64,
     thr: u64,
+    /// Median miss latency, in ticks.
+    miss: u64,
     sink: u8,
     progress: &'a mut dyn FnMut(&str, f64),
     disturbed: u64,
@@ -50,6 +52,7 @@ impl<'a> CpuProbe<'a> {
             rng: Rng::new(seed),
             tpn,
             thr: 0,
+            miss: 0,
             sink: 0,
             progress,
             disturbed: 0,
@@ -69,6 +72,20 @@ impl<'a> CpuProbe<'a> {
 
     fn guard(&mut self) -> Option<u64> {
         self.irq.as_mut().and_then(|c| c.read())
+    }
+
+    /// Follows `loads` links from `p` under an interrupt guard; the mean
+    /// nanoseconds per load, or None if a timer interrupt disturbed it.
+    ///
+    /// # Safety
+    /// As for [`chase`].
+    unsafe fn timed_chase(&mut self, base: *mut u8, p: usize, loads: usize) -> Option<f64> {
+        let g = self.guard();
+        let t0 = std::time::Instant::now();
+        let p = chase(base, p, loads);
+        let el = t0.elapsed().as_nanos() as f64;
+        self.sink = self.sink.wrapping_add(p as u8);
+        self.clean(g).then(|| el / loads as f64)
     }
 
     fn clean(&mut self, start: Option<u64>) -> bool {
@@ -149,6 +166,7 @@ impl<'a> CpuProbe<'a> {
         let h = median(&without_outliers(&hits));
         let m = median(&without_outliers(&misses));
         self.thr = (h * m).sqrt() as u64;
+        self.miss = m as u64;
         self.ev.threshold_ns = self.thr as f64 / self.tpn;
         (h / self.tpn, m / self.tpn)
     }
@@ -238,22 +256,12 @@ impl<'a> CpuProbe<'a> {
         let mut tries = 0;
         while samples.len() < 9 && tries < 40 {
             tries += 1;
-            let mut p = 0usize;
             // Warm pass.
-            for _ in 0..lines.min(loads) {
-                // SAFETY: every stored link is an in-region offset.
-                p = unsafe { (base.add(p) as *const usize).read_volatile() };
-            }
-            let g = self.guard();
-            let t0 = std::time::Instant::now();
-            for _ in 0..loads {
-                // SAFETY: as above.
-                p = unsafe { (base.add(p) as *const usize).read_volatile() };
-            }
-            let el = t0.elapsed().as_nanos() as f64;
-            self.sink = self.sink.wrapping_add(p as u8);
-            if self.clean(g) {
-                samples.push(el / loads as f64);
+            // SAFETY: every stored link is an in-region offset.
+            let p = unsafe { chase(base, 0, lines.min(loads)) };
+            // SAFETY: as above.
+            if let Some(ns) = unsafe { self.timed_chase(base, p, loads) } {
+                samples.push(ns);
             }
         }
         if samples.is_empty() {
@@ -330,17 +338,7 @@ impl<'a> CpuProbe<'a> {
             if !self.clean(g) || !classes[0] {
                 continue;
             }
-            let mut run: Option<usize> = None;
-            for &m in &classes {
-                if m {
-                    if let Some(r) = run {
-                        runs.push(r);
-                    }
-                    run = Some(0);
-                } else if let Some(r) = run.as_mut() {
-                    *r += 1;
-                }
-            }
+            runs.extend(crate::stats::hit_runs_after_misses(&classes));
         }
         if runs.is_empty() {
             return Estimate::default();
@@ -375,21 +373,11 @@ impl<'a> CpuProbe<'a> {
         let mut tries = 0;
         while samples.len() < 7 && tries < 30 {
             tries += 1;
-            let mut p = start;
-            for _ in 0..4 * k {
-                // SAFETY: every link is an in-region offset.
-                p = unsafe { (base.add(p) as *const usize).read_volatile() };
-            }
-            let g = self.guard();
-            let t0 = std::time::Instant::now();
-            for _ in 0..loads {
-                // SAFETY: as above.
-                p = unsafe { (base.add(p) as *const usize).read_volatile() };
-            }
-            let el = t0.elapsed().as_nanos() as f64;
-            self.sink = self.sink.wrapping_add(p as u8);
-            if self.clean(g) {
-                samples.push(el / loads as f64);
+            // SAFETY: every link is an in-region offset.
+            let p = unsafe { chase(base, start, 4 * k) };
+            // SAFETY: as above.
+            if let Some(ns) = unsafe { self.timed_chase(base, p, loads) } {
+                samples.push(ns);
             }
         }
         median(&samples)
@@ -468,7 +456,11 @@ impl<'a> CpuProbe<'a> {
         }
         let mw = median(&without_outliers(&w));
         let mr = median(&without_outliers(&r));
-        let thr_ns = self.thr as f64 / self.tpn;
+        // A write-through write waits for memory, about a miss; a write-back
+        // write costs a hit plus the fence. Split halfway between a read hit
+        // and a miss: the hit/miss threshold (a geometric mean) sits too
+        // close to a fenced write hit, and noise pushed writes over it.
+        let thr_ns = (mr + self.miss as f64 / self.tpn) / 2.0;
         let slow = w.iter().filter(|&&t| t >= thr_ns).count();
         self.ev.write_hits = w.clone();
         self.ev.read_hits = r;
@@ -555,4 +547,17 @@ pub fn sysfs_caches() -> Option<String> {
         ));
     }
     (!out.is_empty()).then(|| out.join(", "))
+}
+
+/// Follows `n` links of a pointer chain stored in the region at `base`,
+/// starting at offset `p`; returns the offset reached.
+///
+/// # Safety
+/// Every link reachable from `p` must be an 8-byte aligned offset inside
+/// the region at `base`.
+unsafe fn chase(base: *mut u8, mut p: usize, n: usize) -> usize {
+    for _ in 0..n {
+        p = (base.add(p) as *const usize).read_volatile();
+    }
+    p
 }

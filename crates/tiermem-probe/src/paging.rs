@@ -544,18 +544,7 @@ impl<'a> Probe<'a> {
             let ok = classes[0];
             if ok {
                 walks += 1;
-                let mut walk_runs = Vec::new();
-                let mut run: Option<usize> = None;
-                for &m in &classes {
-                    if m {
-                        if let Some(r) = run {
-                            walk_runs.push(r);
-                        }
-                        run = Some(0);
-                    } else if let Some(r) = run.as_mut() {
-                        *r += 1;
-                    }
-                }
+                let mut walk_runs = crate::stats::hit_runs_after_misses(&classes);
                 if walk_runs.is_empty() {
                     // One miss, then only hits: prefetch covers the walk.
                     walk_runs.push(walk - 1);

@@ -129,3 +129,34 @@ mod tests {
         assert_eq!(quantile(&v, 1.0), 5.0);
     }
 }
+
+/// For a sequence of accesses classified as misses (`true`) and hits, the
+/// number of hits that follow each miss up to the next miss (the last run,
+/// which no miss closes, is not counted).
+pub fn hit_runs_after_misses(classes: &[bool]) -> Vec<usize> {
+    let mut runs = Vec::new();
+    let mut run: Option<usize> = None;
+    for &miss in classes {
+        if miss {
+            if let Some(r) = run {
+                runs.push(r);
+            }
+            run = Some(0);
+        } else if let Some(r) = run.as_mut() {
+            *r += 1;
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod hit_run_tests {
+    use super::hit_runs_after_misses;
+
+    #[test]
+    fn counts_hits_between_misses() {
+        let c = [true, false, false, true, true, false, true, false];
+        assert_eq!(hit_runs_after_misses(&c), vec![2, 0, 1]);
+        assert!(hit_runs_after_misses(&[false, false]).is_empty());
+    }
+}
