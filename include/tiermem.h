@@ -6,7 +6,9 @@
  *
  * The library starts lazily on the first call, configured from TIERMEM_*
  * environment variables (TIERMEM_DRAM, TIERMEM_BACKING, TIERMEM_PAGE_SIZE,
- * TIERMEM_POLICY, TIERMEM_HANDLER_THREADS, TIERMEM_BACKING_SIZE), or
+ * TIERMEM_POLICY, TIERMEM_HANDLER_THREADS, TIERMEM_BACKING_SIZE, and the
+ * cache organization: TIERMEM_ASSOCIATIVITY, TIERMEM_PREFETCH,
+ * TIERMEM_WRITE_POLICY, TIERMEM_INCLUSION, TIERMEM_PRESET), or
  * explicitly with tm_init(). On failure, functions return NULL or -1, set
  * errno, and tm_last_error() describes what went wrong and how to fix it.
  */
@@ -27,10 +29,16 @@ struct tm_config {
     const char *backing_path;  /* directory, file or block device */
     uint64_t backing_size;     /* cap on the backing store, bytes */
     uint64_t page_size;        /* power of two, 4096 .. 2097152 */
-    const char *policy;        /* "clock" (default) or "fifo" */
+    const char *policy;        /* "clock" (default), "fifo" or "s3fifo" */
     uint32_t handler_threads;  /* userfaultfd handler threads */
     uint32_t reserved0;
-    uint64_t reserved[6];      /* must be zero */
+    /* Cache organization, as the TIERMEM_* variables of the same names: */
+    const char *associativity; /* "0" fully associative, "1" direct-mapped, "N" N-way */
+    const char *prefetch;      /* pages read after each miss ("0": none); NULL: adaptive */
+    const char *write_policy;  /* "write-back" (default) or "write-through" */
+    const char *inclusion;     /* "inclusive" (default) or "exclusive" */
+    const char *preset;        /* "memory-mode": direct-mapped, write-back, inclusive */
+    uint64_t reserved[1];      /* must be zero */
 };
 
 struct tm_latency {
@@ -66,7 +74,9 @@ struct tm_stats {
     uint64_t prefetch_issued;     /* pages read ahead of demand */
     uint64_t prefetch_hits;       /* read-ahead pages later used */
     uint64_t prefetch_wasted;     /* read-ahead pages evicted unused */
-    uint64_t reserved[5];
+    uint64_t conflict_evictions;  /* pages a miss evicted from its full set */
+    uint64_t write_throughs;      /* written pages copied out by write-through */
+    uint64_t reserved[3];
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

@@ -28,7 +28,12 @@ pub struct TmConfig {
     pub policy: *const c_char,
     pub handler_threads: u32,
     pub reserved0: u32,
-    pub reserved: [u64; 6],
+    pub associativity: *const c_char,
+    pub prefetch: *const c_char,
+    pub write_policy: *const c_char,
+    pub inclusion: *const c_char,
+    pub preset: *const c_char,
+    pub reserved: [u64; 1],
 }
 
 #[repr(C)]
@@ -68,7 +73,9 @@ pub struct TmStats {
     pub prefetch_issued: u64,
     pub prefetch_hits: u64,
     pub prefetch_wasted: u64,
-    pub reserved: [u64; 5],
+    pub conflict_evictions: u64,
+    pub write_throughs: u64,
+    pub reserved: [u64; 3],
 }
 
 thread_local! {
@@ -142,6 +149,18 @@ unsafe fn config_from(cfg: &TmConfig) -> Result<Config, Error> {
             tiermem_core::config::ENV_HANDLER_THREADS,
             cfg.handler_threads.to_string(),
         ));
+    }
+    use tiermem_core::organization as org;
+    for (var, value) in [
+        (org::ENV_PRESET, cfg.preset),
+        (org::ENV_ASSOCIATIVITY, cfg.associativity),
+        (org::ENV_PREFETCH, cfg.prefetch),
+        (org::ENV_WRITE_POLICY, cfg.write_policy),
+        (org::ENV_INCLUSION, cfg.inclusion),
+    ] {
+        if let Some(v) = opt_str(value) {
+            env.push((var, v));
+        }
     }
     Config::from_lookup(|name| {
         env.iter()
@@ -291,7 +310,9 @@ fn to_c(s: &Stats) -> TmStats {
         prefetch_issued: s.prefetch_issued,
         prefetch_hits: s.prefetch_hits,
         prefetch_wasted: s.prefetch_wasted,
-        reserved: [0; 5],
+        conflict_evictions: s.conflict_evictions,
+        write_throughs: s.write_throughs,
+        reserved: [0; 3],
     }
 }
 

@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 use crate::io_config::IoSettings;
+use crate::organization::{Inclusion, Organization, Preset, WritePolicy};
 
 pub const ENV_DRAM: &str = "TIERMEM_DRAM";
 pub const ENV_BACKING: &str = "TIERMEM_BACKING";
@@ -168,6 +169,8 @@ pub struct Config {
     pub handler_threads: usize,
     /// Engine, queue depth, polling and read-ahead.
     pub io: IoSettings,
+    /// Associativity, prefetch degree, write policy and inclusion.
+    pub organization: Organization,
 }
 
 impl Default for Config {
@@ -180,6 +183,7 @@ impl Default for Config {
             policy: PolicyKind::Clock,
             handler_threads: default_handler_threads(),
             io: IoSettings::default(),
+            organization: Organization::default(),
         }
     }
 }
@@ -234,6 +238,7 @@ impl Config {
             })?);
         }
         b.io = Some(IoSettings::from_lookup(&lookup)?);
+        b.organization = Some(Organization::from_lookup(&lookup)?);
         b.build()
     }
 
@@ -250,6 +255,7 @@ impl Config {
             env.push((ENV_BACKING_SIZE, size.to_string()));
         }
         self.io.to_env(&mut env);
+        self.organization.to_env(&mut env);
         env
     }
 
@@ -268,6 +274,7 @@ pub struct ConfigBuilder {
     policy: Option<PolicyKind>,
     handler_threads: Option<usize>,
     io: Option<IoSettings>,
+    organization: Option<Organization>,
 }
 
 impl ConfigBuilder {
@@ -297,6 +304,42 @@ impl ConfigBuilder {
     }
     pub fn io(mut self, io: IoSettings) -> Self {
         self.io = Some(io);
+        self
+    }
+    pub fn organization(mut self, organization: Organization) -> Self {
+        self.organization = Some(organization);
+        self
+    }
+    /// Applies a preset; knobs set after it override it.
+    pub fn preset(mut self, preset: Preset) -> Self {
+        self.organization = Some(preset.organization());
+        self
+    }
+    /// Ways per set: 0 fully associative, 1 direct-mapped.
+    pub fn associativity(mut self, ways: u32) -> Self {
+        self.organization
+            .get_or_insert_with(Default::default)
+            .associativity = ways;
+        self
+    }
+    /// A fixed prefetch degree in pages (0: none) instead of the adaptive
+    /// read-ahead.
+    pub fn prefetch(mut self, pages: u32) -> Self {
+        self.organization
+            .get_or_insert_with(Default::default)
+            .prefetch = Some(pages);
+        self
+    }
+    pub fn write_policy(mut self, policy: WritePolicy) -> Self {
+        self.organization
+            .get_or_insert_with(Default::default)
+            .write_policy = policy;
+        self
+    }
+    pub fn inclusion(mut self, inclusion: Inclusion) -> Self {
+        self.organization
+            .get_or_insert_with(Default::default)
+            .inclusion = inclusion;
         self
     }
 
@@ -340,6 +383,8 @@ impl ConfigBuilder {
                 "expected a whole number from 1 to 64",
             ));
         }
+        let organization = self.organization.unwrap_or_default();
+        organization.validate(dram_budget / page_size as u64)?;
         Ok(Config {
             dram_budget,
             backing,
@@ -348,6 +393,7 @@ impl ConfigBuilder {
             policy: self.policy.unwrap_or(defaults.policy),
             handler_threads,
             io: self.io.unwrap_or_default(),
+            organization,
         })
     }
 }

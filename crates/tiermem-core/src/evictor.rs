@@ -34,6 +34,7 @@ pub(crate) fn evictor_loop(rt: &Shared) {
         }
         rt.wait_until_eviction_needed(Duration::from_millis(5));
         ev.run();
+        ev.copy_out_written();
         rt.poll_fork_leases();
     }
     ev.hand_back_probation();
@@ -54,6 +55,8 @@ struct Evictor<'a> {
     slots: Vec<u64>,
     writes: Vec<SlotWrite>,
     to_write: Vec<(PageNo, PageState, FrameNo)>,
+    /// Write-through: written pages being copied out.
+    written: Vec<(PageNo, PageState)>,
 }
 
 impl<'a> Evictor<'a> {
@@ -67,6 +70,7 @@ impl<'a> Evictor<'a> {
             slots: Vec::with_capacity(BATCH),
             writes: Vec::with_capacity(BATCH),
             to_write: Vec::with_capacity(BATCH),
+            written: Vec::with_capacity(BATCH),
         }
     }
 
@@ -341,33 +345,114 @@ impl<'a> Evictor<'a> {
     }
 }
 
+/// Write-through: pages written since they were last copied out go to the
+/// store in batches, every few milliseconds, and are protected again so the
+/// next write is seen. They stay mapped throughout; a write to one while it
+/// is being copied waits (its fault finds the page owned) until the copy is
+/// in the store.
 impl Evictor<'_> {
-    /// Takes one fresh slot per page of `to_write`. Committed pages always
-    /// find one within the backed part of the store, except in a forked
-    /// child (whose own file starts empty) and while forked children keep
-    /// freed slots parked: then the store grows. Returns false if it cannot
-    /// grow while slots are parked (they come back when the children end).
-    fn take_slots(&mut self) -> bool {
-        let rt = self.rt;
-        let n = self.to_write.len();
-        for attempt in 0..2 {
-            rt.slots()
-                .alloc(n, rt.store().backed_slots(), &mut self.slots);
-            if self.slots.len() == n {
-                return true;
+    fn copy_out_written(&mut self) {
+        let Some(queue) = self.rt.written.as_ref() else {
+            return;
+        };
+        loop {
+            self.written.clear();
+            while self.written.len() < BATCH {
+                let Some(page) = queue.pop() else { break };
+                if let Some(state) = self.own_written(page) {
+                    self.written.push((page, state));
+                }
             }
+            if self.written.is_empty() {
+                return;
+            }
+            if !self.write_through_batch() {
+                return;
+            }
+        }
+    }
+
+    /// Owns a page that is still resident and dirty (a page queued twice,
+    /// or evicted since, is skipped).
+    fn own_written(&self, page: PageNo) -> Option<PageState> {
+        let rt = self.rt;
+        loop {
+            let s = rt.table.load(page);
+            if s.kind() != Kind::Resident || !s.is_dirty() {
+                return None;
+            }
+            if rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+                return Some(s);
+            }
+        }
+    }
+
+    /// Protects, writes and publishes clean the pages of `written`. Returns
+    /// false if the write failed (the pages stay dirty and queued).
+    fn write_through_batch(&mut self) -> bool {
+        let rt = self.rt;
+        for &(page, _) in &self.written {
+            if let Err(e) = rt
+                .uffd
+                .write_protect(rt.page_addr(page), rt.page_size, true)
+            {
+                rt.fatal(&format!(
+                    "write-protecting page {page} for write-through failed: {e}"
+                ));
+            }
+        }
+        if !take_fresh_slots(rt, self.written.len(), &mut self.slots) {
+            self.unprotect_written();
+            return false;
+        }
+        self.writes.clear();
+        for (i, &(page, _)) in self.written.iter().enumerate() {
+            self.writes.push(SlotWrite {
+                slot: self.slots[i],
+                src: rt.page_addr(page) as *const u8,
+            });
+        }
+        if let Err(e) = rt.store().write_batch(&self.writes) {
+            rt.report_io_error(&e);
             for &slot in &self.slots {
                 rt.slots().free(slot);
             }
-            let want = rt.slots().in_use() + (n + BATCH) as u64;
-            if attempt == 0 && rt.store().ensure_backed(want).is_ok() {
-                continue;
+            self.unprotect_written();
+            return false;
+        }
+        for (i, &(page, state)) in self.written.iter().enumerate() {
+            if let Some(old) = state.slot() {
+                rt.slots().free(old);
             }
-            if rt.slots().is_deferring() {
-                return false;
+            let clean = state.with_dirty(false).with_slot(Some(self.slots[i]));
+            rt.table.finish(page, clean);
+        }
+        let n = self.written.len() as u64;
+        Counters::add(&rt.counters.write_throughs, n);
+        Counters::add(&rt.counters.page_outs, n);
+        Counters::add(&rt.counters.bytes_written, n * rt.page_size as u64);
+        Counters::add(&rt.counters.write_batches, 1);
+        true
+    }
+
+    /// Gives the pages of `written` back dirty and writable, queued again.
+    fn unprotect_written(&mut self) {
+        let rt = self.rt;
+        for &(page, state) in &self.written {
+            let _ = rt
+                .uffd
+                .write_protect(rt.page_addr(page), rt.page_size, false);
+            rt.table.finish(page, state);
+            if let Some(queue) = &rt.written {
+                queue.push(page);
             }
         }
-        rt.fatal("the backing store is full: no slot left for dirty pages; give tiermem a larger --backing")
+    }
+}
+
+impl Evictor<'_> {
+    fn take_slots(&mut self) -> bool {
+        take_fresh_slots(self.rt, self.to_write.len(), &mut self.slots)
     }
 
     /// Returns the pages of `to_write` to probation, unwritten.
@@ -379,14 +464,41 @@ impl Evictor<'_> {
     }
 }
 
+/// Takes `n` fresh slots into `out`. Committed pages always find one within
+/// the backed part of the store, except in a forked child (whose own file
+/// starts empty) and while forked children keep freed slots parked: then
+/// the store grows. Returns false if it cannot grow while slots are parked
+/// (they come back when the children end).
+pub(crate) fn take_fresh_slots(rt: &Shared, n: usize, out: &mut Vec<u64>) -> bool {
+    for attempt in 0..2 {
+        rt.slots().alloc(n, rt.store().backed_slots(), out);
+        if out.len() == n {
+            return true;
+        }
+        for &slot in out.iter() {
+            rt.slots().free(slot);
+        }
+        let want = rt.slots().in_use() + (n + BATCH) as u64;
+        if attempt == 0 && rt.store().ensure_backed(want).is_ok() {
+            continue;
+        }
+        if rt.slots().is_deferring() {
+            return false;
+        }
+    }
+    rt.fatal(
+        "the backing store is full: no slot left for dirty pages; give tiermem a larger --backing",
+    )
+}
+
 /// A read-ahead page leaves DRAM without having been used.
-fn count_if_wasted(rt: &Shared, state: PageState) {
+pub(crate) fn count_if_wasted(rt: &Shared, state: PageState) {
     if state.is_prefetched() {
         Counters::add(&rt.counters.prefetch_wasted, 1);
     }
 }
 
-fn frame_is_zero(ptr: *const u8, len: usize) -> bool {
+pub(crate) fn frame_is_zero(ptr: *const u8, len: usize) -> bool {
     // SAFETY: `ptr` is a runtime frame of `len` bytes, 8-byte aligned.
     let words = unsafe { std::slice::from_raw_parts(ptr as *const u64, len / 8) };
     words.iter().all(|w| *w == 0)

@@ -2,6 +2,8 @@
 //! handler threads and the evictor, behind a small allocation API.
 
 use std::collections::VecDeque;
+
+use crossbeam_queue::SegQueue;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,11 +16,13 @@ use crate::error::{Error, Result};
 use crate::evictor::{evictor_loop, BATCH};
 use crate::fault::{backoff, handler_loop};
 use crate::frames::FramePool;
+use crate::organization::WritePolicy;
 use crate::page_table::{Kind, PageNo, PageState, PageTable, MAX_PAGES};
 use crate::pause::Pause;
 use crate::policy::{new_policy, Policy};
 use crate::ranges::RangeAllocator;
 use crate::replaceable::Replaceable;
+use crate::sets::SetMap;
 use crate::stats::{Counters, LatencyHistogram, Stats};
 use crate::store::{FileStore, SlotAllocator, Store};
 use crate::sys::base_page_size;
@@ -43,6 +47,11 @@ pub(crate) struct Shared {
     slots: Replaceable<SlotAllocator>,
     pub policy: Box<dyn Policy>,
     pub budget: Budget,
+    /// Set-associative placement, if configured (`None`: fully associative).
+    pub sets: Option<SetMap>,
+    /// Write-through: pages written since they were last copied out, for
+    /// the evictor to copy out (`None`: write-back).
+    pub written: Option<SegQueue<PageNo>>,
     pub frames: FramePool,
     pub zero_page: Mapping,
     pub counters: Counters,
@@ -171,6 +180,10 @@ impl Shared {
     /// How many pages the evictor should free now.
     pub fn pages_to_free(&self) -> u64 {
         let limit = self.budget.limit();
+        if self.sets.as_ref().is_some_and(|s| s.capacity() <= limit) {
+            // The sets evict on conflict and bound DRAM themselves.
+            return 0;
+        }
         let (low, high) = Self::watermarks(limit);
         let excess = self.budget.excess();
         if excess > 0 {
@@ -292,6 +305,12 @@ impl Runtime {
             slots: Replaceable::new(Box::new(SlotAllocator::new(capacity))),
             policy: new_policy(config.policy),
             budget: Budget::new(budget_pages),
+            sets: config
+                .organization
+                .sets(budget_pages)
+                .map(|(sets, ways)| SetMap::new(sets, ways)),
+            written: (config.organization.write_policy == WritePolicy::WriteThrough)
+                .then(SegQueue::new),
             frames,
             zero_page: Mapping::reserve_aligned(page_size, page_size, "allocating the zero page")?,
             counters: Counters::default(),
@@ -574,6 +593,7 @@ impl Runtime {
         s.page_in_latency = rt.page_in_latency.summary();
         s.read_latency = rt.read_latency.summary();
         s.policy = rt.policy.kind().name();
+        s.organization = rt.config.organization.describe();
         let info = rt.store().info();
         s.io_engine = *rt.io_engine.lock().unwrap_or_else(|p| p.into_inner());
         s.backing_path = info.path.display().to_string();

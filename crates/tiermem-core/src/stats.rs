@@ -31,6 +31,10 @@ pub struct Counters {
     pub budget_waits: AtomicU64,
     pub unexpected_present: AtomicU64,
     pub bad_accesses: AtomicU64,
+    /// Pages a miss evicted from its full set (set-associative placement).
+    pub conflict_evictions: AtomicU64,
+    /// Written pages copied out by write-through.
+    pub write_throughs: AtomicU64,
 }
 
 pub struct LatencyHistogram {
@@ -157,6 +161,10 @@ pub struct Stats {
     pub unexpected_present: u64,
     /// Accesses to tiered addresses outside any live allocation.
     pub bad_accesses: u64,
+    /// Pages a miss evicted from its full set (set-associative placement).
+    pub conflict_evictions: u64,
+    /// Written pages copied to the store by write-through.
+    pub write_throughs: u64,
     pub resident_bytes: u64,
     pub peak_resident_bytes: u64,
     pub budget_bytes: u64,
@@ -178,6 +186,8 @@ pub struct Stats {
     pub backing_path: String,
     pub backing_is_block_device: bool,
     pub policy: &'static str,
+    /// Associativity, prefetch, write policy and inclusion, in words.
+    pub organization: String,
     pub io_engine: &'static str,
     pub direct_io: bool,
 }
@@ -213,6 +223,8 @@ impl Counters {
         s.budget_waits = self.budget_waits.load(Relaxed);
         s.unexpected_present = self.unexpected_present.load(Relaxed);
         s.bad_accesses = self.bad_accesses.load(Relaxed);
+        s.conflict_evictions = self.conflict_evictions.load(Relaxed);
+        s.write_throughs = self.write_throughs.load(Relaxed);
     }
 }
 

@@ -28,13 +28,16 @@
 //! - [`sync`]: pread, one read at a time per handler; the fallback where
 //!   io_uring is unavailable or `TIERMEM_IO_ENGINE=psync`.
 
+mod conflict;
 mod readahead;
 mod ring;
 mod sync;
 
 use crate::io_config::IoEngine;
+use crate::organization::Inclusion;
 use crate::page_table::{Kind, PageNo, PageState};
 use crate::runtime::Shared;
+use crate::sets::Placement;
 use crate::stats::Counters;
 use crate::sys::now_ns;
 use crate::sys::uffd::{Copied, Fault};
@@ -80,7 +83,8 @@ pub(crate) enum Missing {
 }
 
 /// Counts a fault and serves the kinds that never need I/O. Returns the
-/// page of a missing fault, which the caller resolves.
+/// page of a fault left open (a missing fault, or a write to a page someone
+/// owns right now), which the caller resolves with [`resolve_fault`].
 pub(crate) fn begin_fault(rt: &Shared, fault: &Fault) -> Option<PageNo> {
     Counters::add(&rt.counters.faults, 1);
     let Some(page) = rt.page_of(fault.address) else {
@@ -91,7 +95,9 @@ pub(crate) fn begin_fault(rt: &Shared, fault: &Fault) -> Option<PageNo> {
     if fault.write_protect {
         let started = now_ns();
         Counters::add(&rt.counters.wp_faults, 1);
-        resolve_write_to_clean(rt, page);
+        if !resolve_write_to_clean(rt, page) {
+            return Some(page);
+        }
         rt.fault_latency.record(now_ns().saturating_sub(started));
         return None;
     }
@@ -99,8 +105,19 @@ pub(crate) fn begin_fault(rt: &Shared, fault: &Fault) -> Option<PageNo> {
     Some(page)
 }
 
+/// Resolves a fault [`begin_fault`] left open, as far as it can without I/O.
+pub(crate) fn resolve_fault(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
+    if fault.write_protect {
+        return match resolve_write_to_clean(rt, page) {
+            true => Missing::Resolved,
+            false => Missing::Busy,
+        };
+    }
+    resolve_missing(rt, page, fault)
+}
+
 /// Resolves a missing fault on `page` as far as it can without I/O.
-pub(crate) fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
+fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
     let started = now_ns();
     loop {
         let state = rt.table.load(page);
@@ -112,13 +129,10 @@ pub(crate) fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missi
         };
         let resolved = match kind {
             Kind::Zero | Kind::Stored => {
-                rt.charge_one_page();
-                if !rt
-                    .table
-                    .transition(page, state, state.with_kind(Kind::Loading))
-                {
-                    rt.budget.uncharge(1);
-                    continue;
+                match claim_for_load(rt, page, state, true) {
+                    Claim::Claimed => {}
+                    Claim::Changed => continue,
+                    Claim::Busy => return Missing::Busy,
                 }
                 if kind == Kind::Stored {
                     return Missing::Read(claimed_read(rt, page, state, fault.write, started));
@@ -126,7 +140,7 @@ pub(crate) fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missi
                 if rt.is_lazy(page) {
                     rt.commit_lazy_page(page);
                 }
-                install_zeros(rt, page);
+                install_zeros(rt, page, fault.write);
                 true
             }
             Kind::Probation => {
@@ -181,23 +195,74 @@ fn claimed_read(
     }
 }
 
-/// Claims `page` for read-ahead if it sits in the store and DRAM has room
-/// right now (read-ahead never waits for the evictor).
+/// Claims `page` for read-ahead if it sits in the store. The adaptive
+/// read-ahead only takes DRAM that is free right now; a fixed prefetch
+/// degree is part of the cache's organization and waits for the evictor
+/// like the miss itself.
 pub(crate) fn claim_for_prefetch(rt: &Shared, page: PageNo) -> Option<PageRead> {
     let state = rt.table.load(page);
-    if state.kind() != Kind::Stored || !rt.budget.try_charge() {
+    if state.kind() != Kind::Stored {
         return None;
     }
-    if !rt
-        .table
-        .transition(page, state, state.with_kind(Kind::Loading))
-    {
-        rt.budget.uncharge(1);
+    let wait = rt.config.organization.prefetch.is_some();
+    if !matches!(claim_for_load(rt, page, state, wait), Claim::Claimed) {
         return None;
     }
     let mut read = claimed_read(rt, page, state, false, now_ns());
     read.prefetch = true;
     Some(read)
+}
+
+enum Claim {
+    /// The page is `Loading`, ours, and charged against the budget.
+    Claimed,
+    /// The page changed meanwhile; look again.
+    Changed,
+    /// No room now: its set's victim is busy, or DRAM is full and `wait`
+    /// was false.
+    Busy,
+}
+
+/// Claims a `Zero` or `Stored` page (seen in `state`) for loading, and
+/// charges it. With set-associative placement it takes a way of its set,
+/// evicting the set's victim if the set is full; otherwise the budget
+/// decides, and a demand fault (`wait`) waits for the evictor.
+fn claim_for_load(rt: &Shared, page: PageNo, state: PageState, wait: bool) -> Claim {
+    let Some(sets) = rt.sets.as_ref() else {
+        if wait {
+            rt.charge_one_page();
+        } else if !rt.budget.try_charge() {
+            return Claim::Busy;
+        }
+        if !rt
+            .table
+            .transition(page, state, state.with_kind(Kind::Loading))
+        {
+            rt.budget.uncharge(1);
+            return Claim::Changed;
+        }
+        return Claim::Claimed;
+    };
+    let victim = match sets.place(&rt.table, page, state) {
+        Placement::Placed(victim) => victim,
+        Placement::Changed => return Claim::Changed,
+        Placement::Busy => return Claim::Busy,
+    };
+    let evicted = victim.is_none_or(|(v, vs)| conflict::evict_for_conflict(rt, v, vs));
+    // The sets bound DRAM, so the budget has room unless it shrank below
+    // them; then the evictor makes room as usual.
+    let charged = evicted
+        && if wait {
+            rt.charge_one_page();
+            true
+        } else {
+            rt.budget.try_charge()
+        };
+    if !charged {
+        rt.table.finish(page, state);
+        return Claim::Busy;
+    }
+    Claim::Claimed
 }
 
 /// A read-ahead page turned out to be used.
@@ -219,8 +284,12 @@ pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
     // at once, which saves a second fault. Read-ahead wakes no one: nobody
     // waits for it (a fault that arrived meanwhile is retried and finds the
     // page resident).
-    install_with(rt, read.page, buf, !read.write, !read.prefetch);
-    let new = if read.write {
+    // An exclusive cache gives the slot up as the page comes in: the page
+    // is the only copy, so it is dirty and needs no write protection.
+    let exclusive = rt.config.organization.inclusion == Inclusion::Exclusive;
+    let owns_copy = read.write || exclusive;
+    install_with(rt, read.page, buf, !owns_copy, !read.prefetch);
+    let new = if owns_copy {
         rt.slots().free(read.slot);
         PageState::FREE.with_dirty(true)
     } else {
@@ -238,16 +307,20 @@ pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
 }
 
 /// First touch of a never-written page. Installed writable: it has no slot,
-/// so it counts as dirty until eviction finds it still all-zero.
-fn install_zeros(rt: &Shared, page: PageNo) {
-    install(rt, page, rt.zero_page.as_ptr(), false);
+/// so it counts as dirty until eviction finds it still all-zero. Under
+/// write-through a read installs it protected and clean instead, so that
+/// only pages really written are copied out (eviction finds it all-zero).
+fn install_zeros(rt: &Shared, page: PageNo, write: bool) {
+    let dirty = write || rt.written.is_none();
+    install(rt, page, rt.zero_page.as_ptr(), !dirty);
     Counters::add(&rt.counters.zero_fills, 1);
-    finish_resident(rt, page, PageState::FREE.with_dirty(true), false);
+    finish_resident(rt, page, PageState::FREE.with_dirty(dirty), false);
 }
 
 fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState, write: bool) {
     let frame = rt.table.frame(page);
-    let dirty = state.is_dirty() || write;
+    let exclusive = rt.config.organization.inclusion == Inclusion::Exclusive;
+    let dirty = state.is_dirty() || write || exclusive;
     install(rt, page, rt.frames.ptr(frame), !dirty);
     rt.frames.release(frame);
     Counters::add(&rt.counters.probation_hits, 1);
@@ -270,8 +343,10 @@ fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState, write: boo
     );
 }
 
-/// First write to a clean page: its store copy goes stale.
-fn resolve_write_to_clean(rt: &Shared, page: PageNo) {
+/// First write to a clean page: its store copy goes stale. Returns false if
+/// the page is busy (being loaded, evicted or copied out): the caller
+/// retries later rather than spinning while the owner needs the CPU.
+fn resolve_write_to_clean(rt: &Shared, page: PageNo) -> bool {
     let addr = rt.page_addr(page);
     loop {
         let state = rt.table.load(page);
@@ -297,13 +372,13 @@ fn resolve_write_to_clean(rt: &Shared, page: PageNo) {
                     Counters::add(&rt.counters.prefetch_hits, 1);
                 }
                 finish_resident(rt, page, PageState::FREE.with_dirty(true), true);
-                return;
+                return true;
             }
-            Kind::Loading | Kind::Evicting => backoff(),
+            Kind::Loading | Kind::Evicting => return false,
             // Evicted meanwhile: the writer retries and takes a missing fault.
             _ => {
                 rt.uffd.wake(addr, rt.page_size);
-                return;
+                return true;
             }
         }
     }
@@ -342,6 +417,12 @@ fn finish_resident(rt: &Shared, page: PageNo, state: PageState, referenced: bool
         page,
         state.with_kind(Kind::Resident).with_referenced(referenced),
     );
+    if state.is_dirty() {
+        if let Some(queue) = &rt.written {
+            // Write-through: the evictor copies it out within milliseconds.
+            queue.push(page);
+        }
+    }
     rt.policy.admit(&rt.table, page);
     rt.kick_evictor_if_low();
 }

@@ -46,6 +46,19 @@ pub struct Window {
     pub passed_from: i64,
 }
 
+impl Window {
+    /// A fixed prefetch degree (`TIERMEM_PREFETCH`): the `degree` pages
+    /// after a demand miss at `page`.
+    pub fn next_pages(page: PageNo, degree: u32) -> Window {
+        Window {
+            start: page as i64 + 1,
+            stride: 1,
+            count: degree as u64,
+            passed_from: page as i64,
+        }
+    }
+}
+
 pub struct Readahead {
     streams: [Stream; STREAMS],
     clock: u64,

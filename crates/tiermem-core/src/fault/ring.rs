@@ -19,8 +19,8 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::readahead::{Readahead, Window, MAX_WINDOW};
 use super::{
-    begin_fault, claim_for_prefetch, finish_read, prefetch_used, resolve_missing, Missing,
-    PageRead, FAULT_BATCH,
+    begin_fault, claim_for_prefetch, finish_read, prefetch_used, resolve_fault, Missing, PageRead,
+    FAULT_BATCH,
 };
 use crate::io_config::PollMode;
 use crate::page_table::PageNo;
@@ -112,7 +112,8 @@ impl<'a> RingHandler<'a> {
             depth,
             waiting: VecDeque::new(),
             deferred: Vec::new(),
-            readahead: rt.config.io.readahead.then(Readahead::new),
+            readahead: (rt.config.io.readahead && rt.config.organization.prefetch.is_none())
+                .then(Readahead::new),
             raw: message_buffer(FAULT_BATCH),
             faults: Vec::with_capacity(FAULT_BATCH),
             completions: Vec::with_capacity(entries as usize),
@@ -307,19 +308,27 @@ impl<'a> RingHandler<'a> {
     }
 
     fn resolve(&mut self, page: PageNo, fault: &Fault) {
-        match resolve_missing(self.rt, page, fault) {
+        match resolve_fault(self.rt, page, fault) {
             Missing::Resolved => {}
             Missing::Busy => {
                 self.deferred.push((page, *fault));
+                if fault.write_protect {
+                    return;
+                }
                 let window = self.readahead.as_mut().and_then(|ra| ra.on_catch_up(page));
                 if let Some(window) = window {
                     self.prefetch(window);
                 }
             }
-            Missing::Read(read) => {
-                self.start(vec![read]);
-                self.read_ahead(page);
-            }
+            Missing::Read(read) => match self.rt.config.organization.prefetch {
+                // A fixed degree reads the next pages with the missing one,
+                // in one request where their slots are adjacent.
+                Some(degree) => self.read_run(vec![read], Window::next_pages(page, degree)),
+                None => {
+                    self.start(vec![read]);
+                    self.read_ahead(page);
+                }
+            },
         }
     }
 
@@ -346,9 +355,14 @@ impl<'a> RingHandler<'a> {
     }
 
     fn prefetch(&mut self, window: Window) {
+        self.read_run(Vec::new(), window);
+    }
+
+    /// Claims the window's stored pages and reads them after `run` (empty,
+    /// or a demand read), joining requests where slots are adjacent.
+    fn read_run(&mut self, mut run: Vec<PageRead>, window: Window) {
         let pages = (self.rt.arena.len() / self.rt.page_size) as i64;
         let max_run = (MAX_RUN_BYTES / self.rt.page_size).clamp(1, self.buffer_used.len() / 2);
-        let mut run: Vec<PageRead> = Vec::new();
         for k in 0..window.count as i64 {
             let q = window.start + k * window.stride;
             if !(0..pages).contains(&q) {

@@ -3,10 +3,16 @@
 
 use std::io;
 
-use super::{begin_fault, finish_read, resolve_missing, Missing, FAULT_BATCH};
+use super::{
+    begin_fault, claim_for_prefetch, finish_read, resolve_fault, Missing, PageRead, FAULT_BATCH,
+};
+use crate::page_table::PageNo;
 use crate::runtime::Shared;
 use crate::sys::mem::{wait_readable, Mapping, Wake};
 use crate::sys::uffd::message_buffer;
+
+/// How long to wait before retrying a fault on a page someone else owns.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_micros(20);
 
 pub(crate) fn run(rt: &Shared) {
     let mut raw = message_buffer(FAULT_BATCH);
@@ -42,30 +48,53 @@ pub(crate) fn run(rt: &Shared) {
                 continue;
             };
             loop {
-                match resolve_missing(rt, page, fault) {
+                match resolve_fault(rt, page, fault) {
                     Missing::Resolved => break,
                     Missing::Read(read) => {
-                        // SAFETY: the handler owns `io_buffer` (page-sized).
-                        let buf = unsafe {
-                            std::slice::from_raw_parts_mut(io_buffer.as_ptr(), rt.page_size)
-                        };
-                        let submitted = crate::sys::now_ns();
-                        let result = rt.store().read(read.slot, buf);
-                        rt.read_latency
-                            .record(crate::sys::now_ns().saturating_sub(submitted));
-                        if let Err(e) = result {
-                            rt.fatal(&format!(
-                                "reading page {} from backing slot {} failed: {e}",
-                                read.page, read.slot
-                            ));
-                        }
-                        finish_read(rt, &read, io_buffer.as_ptr());
+                        read_and_install(rt, &read, &io_buffer);
+                        prefetch_after(rt, page, &io_buffer);
                         break;
                     }
-                    // Nothing of ours is in flight: the owner finishes soon.
-                    Missing::Busy => super::backoff(),
+                    // Nothing of ours is in flight: the owner (which may be
+                    // writing the page out) finishes soon; leave it the CPU.
+                    Missing::Busy => std::thread::sleep(BUSY_RETRY),
                 }
             }
+        }
+    }
+}
+
+/// Reads a claimed page into the handler's buffer and installs it.
+fn read_and_install(rt: &Shared, read: &PageRead, io_buffer: &Mapping) {
+    // SAFETY: the handler owns `io_buffer` (page-sized), and nothing else
+    // refers to it while the read runs.
+    let buf = unsafe { std::slice::from_raw_parts_mut(io_buffer.as_ptr(), rt.page_size) };
+    let submitted = crate::sys::now_ns();
+    let result = rt.store().read(read.slot, buf);
+    if !read.prefetch {
+        rt.read_latency
+            .record(crate::sys::now_ns().saturating_sub(submitted));
+    }
+    if let Err(e) = result {
+        rt.fatal(&format!(
+            "reading page {} from backing slot {} failed: {e}",
+            read.page, read.slot
+        ));
+    }
+    finish_read(rt, read, io_buffer.as_ptr());
+}
+
+/// A fixed prefetch degree (`TIERMEM_PREFETCH`) reads the pages after a
+/// demand miss too, one at a time here. (The adaptive read-ahead needs the
+/// io_uring loop's asynchronous reads.)
+fn prefetch_after(rt: &Shared, page: PageNo, io_buffer: &Mapping) {
+    let Some(degree) = rt.config.organization.prefetch else {
+        return;
+    };
+    let pages = (rt.arena.len() / rt.page_size) as u64;
+    for q in (page as u64 + 1..=page as u64 + degree as u64).take_while(|q| *q < pages) {
+        if let Some(read) = claim_for_prefetch(rt, q as PageNo) {
+            read_and_install(rt, &read, io_buffer);
         }
     }
 }

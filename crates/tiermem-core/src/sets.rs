@@ -1,0 +1,215 @@
+//! Set-associative placement (`TIERMEM_ASSOCIATIVITY` = N > 0).
+//!
+//! The budget is split into `sets` sets of `ways` pages. Page `p` may only
+//! live in set `p mod sets`: a miss in a full set evicts one page of that
+//! set, whatever the rest of DRAM holds. Within a set, the way to replace
+//! goes round in order, so the set's oldest page leaves first (FIFO).
+//!
+//! Every page that holds DRAM (`Resident`, `Probation`, or owned) has an
+//! entry in its set; entries of pages that left DRAM some other way (freed,
+//! discarded) are stale and count as empty. A page moves from `Zero` or
+//! `Stored` to `Loading` only here, under its set's lock, so a stale entry
+//! cannot come back to life behind the lock's back. The lock is per set and
+//! held for a few loads and stores, never across I/O.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::page_table::{Kind, PageNo, PageState, PageTable};
+
+const LOCKED: u32 = 1 << 31;
+
+pub(crate) struct SetMap {
+    sets: u64,
+    ways: u32,
+    /// `page + 1` per way (0: empty), `ways` entries per set.
+    entries: Box<[AtomicU32]>,
+    /// Per set: the lock bit and the next way to replace.
+    heads: Box<[AtomicU32]>,
+}
+
+/// The outcome of placing a page that missed.
+pub(crate) enum Placement {
+    /// The page is `Loading` and owns a way. If a victim had to go, the
+    /// caller owns it (`Evicting`, with its state before) and must evict it.
+    Placed(Option<(PageNo, PageState)>),
+    /// The page changed under us; look at it again.
+    Changed,
+    /// The set's victim is busy; try again shortly.
+    Busy,
+}
+
+impl SetMap {
+    pub fn new(sets: u64, ways: u32) -> SetMap {
+        let atomics = |n: u64| (0..n).map(|_| AtomicU32::new(0)).collect();
+        SetMap {
+            sets,
+            ways,
+            entries: atomics(sets * ways as u64),
+            heads: atomics(sets),
+        }
+    }
+
+    /// Pages the sets can hold at once.
+    pub fn capacity(&self) -> u64 {
+        self.sets * self.ways as u64
+    }
+
+    /// Claims `page` (seen in `state`, `Zero` or `Stored`) for loading and
+    /// gives it a way of its set.
+    pub fn place(&self, table: &PageTable, page: PageNo, state: PageState) -> Placement {
+        let set = page as u64 % self.sets;
+        let _lock = SetLock::take(&self.heads[set as usize]);
+        let first = (set * self.ways as u64) as usize;
+        let ways = &self.entries[first..first + self.ways as usize];
+        if let Some(way) = free_way(ways, table, page) {
+            if !table.transition(page, state, state.with_kind(Kind::Loading)) {
+                return Placement::Changed;
+            }
+            ways[way].store(page + 1, Ordering::Relaxed);
+            return Placement::Placed(None);
+        }
+        let head = &self.heads[set as usize];
+        let way = (head.load(Ordering::Relaxed) & !LOCKED) as usize;
+        let victim = ways[way].load(Ordering::Relaxed) - 1;
+        let Some(victim_state) = own_victim(table, victim) else {
+            return Placement::Busy;
+        };
+        if !table.transition(page, state, state.with_kind(Kind::Loading)) {
+            table.finish(victim, victim_state);
+            return Placement::Changed;
+        }
+        ways[way].store(page + 1, Ordering::Relaxed);
+        let next = (way as u32 + 1) % self.ways;
+        head.store(next | LOCKED, Ordering::Relaxed);
+        Placement::Placed(Some((victim, victim_state)))
+    }
+}
+
+/// The way `page` already has (a stale entry of its own), else an empty or
+/// stale one.
+fn free_way(ways: &[AtomicU32], table: &PageTable, page: PageNo) -> Option<usize> {
+    let entry = |w: &AtomicU32| w.load(Ordering::Relaxed);
+    if let Some(own) = ways.iter().position(|w| entry(w) == page + 1) {
+        return Some(own);
+    }
+    ways.iter()
+        .position(|w| entry(w) == 0 || !holds_dram(table.load(entry(w) - 1)))
+}
+
+fn holds_dram(state: PageState) -> bool {
+    matches!(
+        state.kind(),
+        Kind::Resident | Kind::Probation | Kind::Loading | Kind::Evicting
+    )
+}
+
+/// Takes over a victim that is in DRAM and nobody else's right now.
+fn own_victim(table: &PageTable, victim: PageNo) -> Option<PageState> {
+    loop {
+        let s = table.load(victim);
+        if !matches!(s.kind(), Kind::Resident | Kind::Probation) {
+            return None;
+        }
+        if table.transition(victim, s, s.with_kind(Kind::Evicting)) {
+            return Some(s);
+        }
+    }
+}
+
+/// A set's spin lock (bit 31 of its head word), released on drop.
+struct SetLock<'a>(&'a AtomicU32);
+
+impl<'a> SetLock<'a> {
+    fn take(head: &'a AtomicU32) -> SetLock<'a> {
+        let mut spins = 0u32;
+        loop {
+            let cur = head.load(Ordering::Relaxed);
+            if cur & LOCKED == 0
+                && head
+                    .compare_exchange_weak(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return SetLock(head);
+            }
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+impl Drop for SetLock<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_and(!LOCKED, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(table: &PageTable, page: PageNo) -> PageState {
+        let s = PageState::FREE
+            .with_kind(Kind::Stored)
+            .with_slot(Some(page as u64));
+        table.finish(page, s);
+        s
+    }
+
+    /// Places `page` and makes it resident, as the fault path would.
+    fn load(sets: &SetMap, table: &PageTable, page: PageNo) -> Option<PageNo> {
+        let s = stored(table, page);
+        match sets.place(table, page, s) {
+            Placement::Placed(victim) => {
+                table.finish(page, s.with_kind(Kind::Resident));
+                victim.map(|(v, vs)| {
+                    assert_eq!(table.load(v).kind(), Kind::Evicting);
+                    table.finish(v, vs.with_kind(Kind::Stored));
+                    v
+                })
+            }
+            _ => panic!("placing page {page} failed"),
+        }
+    }
+
+    #[test]
+    fn a_direct_mapped_cache_evicts_the_page_with_the_same_index() {
+        let table = PageTable::new(1024).unwrap();
+        let sets = SetMap::new(16, 1);
+        assert_eq!(load(&sets, &table, 3), None);
+        assert_eq!(load(&sets, &table, 4), None, "another set");
+        assert_eq!(load(&sets, &table, 19), Some(3), "3 and 19 share set 3");
+        assert_eq!(load(&sets, &table, 35), Some(19));
+    }
+
+    #[test]
+    fn a_set_evicts_its_oldest_page_first() {
+        let table = PageTable::new(1024).unwrap();
+        let sets = SetMap::new(8, 4);
+        for p in [1, 9, 17, 25] {
+            assert_eq!(load(&sets, &table, p), None, "set 1 has room for {p}");
+        }
+        assert_eq!(load(&sets, &table, 33), Some(1));
+        assert_eq!(load(&sets, &table, 41), Some(9));
+        assert_eq!(load(&sets, &table, 2), None, "set 2 is still empty");
+    }
+
+    #[test]
+    fn stale_entries_are_reused_and_busy_victims_wait() {
+        let table = PageTable::new(1024).unwrap();
+        let sets = SetMap::new(4, 1);
+        load(&sets, &table, 1);
+        // Page 1 is freed behind the set's back: its entry is stale.
+        table.finish(1, PageState::FREE);
+        assert_eq!(load(&sets, &table, 5), None);
+        // A victim someone else owns cannot be taken.
+        let s = table.load(5);
+        table.finish(5, s.with_kind(Kind::Loading));
+        let s9 = stored(&table, 9);
+        assert!(matches!(sets.place(&table, 9, s9), Placement::Busy));
+        assert_eq!(table.load(9).kind(), Kind::Stored, "9 is left as it was");
+    }
+}
