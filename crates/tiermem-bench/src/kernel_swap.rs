@@ -51,6 +51,10 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `rmdir` of the cgroup is retried while it is still busy.
 const RMDIR_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Environment variable naming the sandbox cgroup's `memory.stat` for a
+/// benchmark worker inside it, which reads its own fault counts from there.
+pub const MEMORY_STAT_ENV: &str = "TIERMEM_BENCH_MEMORY_STAT";
+
 /// What to build: the DRAM budget and the swapfile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSpec {
@@ -379,18 +383,12 @@ impl SwapSandbox {
     /// Current counters of the cgroup.
     pub fn stats(&self) -> anyhow::Result<CgroupStats> {
         let cg = &self.inner.cgroup;
-        let stat_path = cg.join("memory.stat");
+        let stat_path = self.memory_stat_path();
         let text = std::fs::read_to_string(&stat_path)
             .with_context(|| format!("reading {}", stat_path.display()))?;
         let stat = |key: &str| -> u64 {
-            let find = |k: &str| {
-                text.lines().find_map(|line| {
-                    let (name, value) = line.split_once(' ')?;
-                    (name == k).then(|| value.trim().parse().ok()).flatten()
-                })
-            };
-            find(&format!("total_{key}"))
-                .or_else(|| find(key))
+            stat_field(&text, &format!("total_{key}"))
+                .or_else(|_| stat_field(&text, key))
                 .unwrap_or(0)
         };
         let delta = |now: Option<u64>, then: Option<u64>| Some(now?.saturating_sub(then?));
@@ -404,6 +402,12 @@ impl SwapSandbox {
             pswpin: delta(vmstat("pswpin"), self.vmstat_at_start.0),
             pswpout: delta(vmstat("pswpout"), self.vmstat_at_start.1),
         })
+    }
+
+    /// The cgroup's `memory.stat`, whose counters a worker inside it reads
+    /// (see [`MEMORY_STAT_ENV`] and [`read_major_faults`]).
+    pub fn memory_stat_path(&self) -> PathBuf {
+        self.inner.cgroup.join("memory.stat")
     }
 
     /// The cgroup directory, `<memory cgroup root>/tiermem-bench-<pid>-<n>`.
@@ -981,6 +985,42 @@ fn memory_cgroup_root() -> Option<PathBuf> {
     })
 }
 
+/// The value of `key` in the text of a cgroup v1 `memory.stat` or of
+/// `/proc/vmstat` (one `name value` pair per line). Names are matched whole:
+/// `pgmajfault` is a cgroup's own count, `total_pgmajfault` includes its
+/// descendants.
+pub fn stat_field(text: &str, key: &str) -> anyhow::Result<u64> {
+    let value = text
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split_whitespace();
+            (fields.next() == Some(key)).then(|| fields.next().unwrap_or(""))
+        })
+        .with_context(|| format!("no {key} line"))?;
+    value
+        .parse()
+        .with_context(|| format!("{key} is {value:?}, not a count"))
+}
+
+/// A counter from a `name value` file such as `memory.stat`.
+fn read_stat_field(path: &Path, key: &str) -> anyhow::Result<u64> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    stat_field(&text, key).with_context(|| format!("in {}", path.display()))
+}
+
+/// The major faults of a memory cgroup so far (`pgmajfault` in the
+/// `memory.stat` at `memory_stat`): the swap-ins its tasks waited for.
+pub fn read_major_faults(memory_stat: &Path) -> anyhow::Result<u64> {
+    read_stat_field(memory_stat, "pgmajfault")
+}
+
+/// Pages swapped in since boot, read-ahead included, by the whole system
+/// (`pswpin` in `/proc/vmstat`; the kernel does not count it per cgroup).
+pub fn read_swap_ins() -> anyhow::Result<u64> {
+    read_stat_field(Path::new("/proc/vmstat"), "pswpin")
+}
+
 fn write_control(path: &Path, value: &str) -> anyhow::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -1228,11 +1268,7 @@ fn unescape_octal(s: &str) -> std::ffi::OsString {
 }
 
 fn vmstat(key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
-    text.lines().find_map(|line| {
-        let (name, value) = line.split_once(' ')?;
-        (name == key).then(|| value.trim().parse().ok()).flatten()
-    })
+    read_stat_field(Path::new("/proc/vmstat"), key).ok()
 }
 
 // ---------------------------------------------------------------------------
@@ -1283,6 +1319,58 @@ mod tests {
             None
         );
         assert_eq!(owner_pid("other-123-4", CGROUP_PREFIX), None);
+    }
+
+    const MEMORY_STAT: &str = "cache 9261056\nrss 4505600\npgfault 216311\n\
+                               pgmajfault 42\ninactive_anon 0\ntotal_pgfault 170004752\n\
+                               total_pgmajfault 6620683\n";
+
+    #[test]
+    fn memory_stat_fields_are_matched_whole() {
+        assert_eq!(stat_field(MEMORY_STAT, "pgmajfault").unwrap(), 42);
+        assert_eq!(
+            stat_field(MEMORY_STAT, "total_pgmajfault").unwrap(),
+            6_620_683
+        );
+        assert_eq!(stat_field(MEMORY_STAT, "pgfault").unwrap(), 216_311);
+        assert_eq!(stat_field(MEMORY_STAT, "rss").unwrap(), 4_505_600);
+    }
+
+    #[test]
+    fn memory_stat_without_the_field_or_with_garbage_is_an_error() {
+        let missing = stat_field("total_pgmajfault 5\n", "pgmajfault").unwrap_err();
+        assert!(
+            missing.to_string().contains("no pgmajfault line"),
+            "{missing}"
+        );
+        let garbage = stat_field("pgmajfault lots\n", "pgmajfault").unwrap_err();
+        assert!(format!("{garbage:#}").contains("\"lots\""), "{garbage:#}");
+        assert!(stat_field("pgmajfault\n", "pgmajfault").is_err());
+        assert!(stat_field("", "pgmajfault").is_err());
+    }
+
+    #[test]
+    fn major_faults_are_read_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.stat");
+        std::fs::write(&path, MEMORY_STAT).unwrap();
+        assert_eq!(read_major_faults(&path).unwrap(), 42);
+        let error = read_major_faults(&dir.path().join("absent")).unwrap_err();
+        assert!(format!("{error:#}").contains("absent"), "{error:#}");
+        std::fs::write(&path, "total_pgmajfault 5\n").unwrap();
+        let error = format!("{:#}", read_major_faults(&path).unwrap_err());
+        assert!(
+            error.contains("memory.stat") && error.contains("no pgmajfault"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn swap_ins_are_read_from_proc_vmstat() {
+        // Every kernel with swap support has the line, 0 or more.
+        if Path::new("/proc/swaps").exists() {
+            read_swap_ins().expect("pswpin in /proc/vmstat");
+        }
     }
 
     #[test]

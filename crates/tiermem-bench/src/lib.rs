@@ -2,13 +2,17 @@
 //!
 //! The same workload runs in separate worker processes, one per mode (plain
 //! DRAM, tiermem, kernel swap in a memory cgroup), and the results are shown
-//! side by side with ratios. Every page is stamped and verified at the end.
+//! side by side with ratios and each mode's hit ratio from its own miss
+//! counters. Besides the pattern workload there is a scan-resistance
+//! workload. Every page is stamped and verified at the end.
 
 pub mod device_ref;
 pub mod histogram;
+pub mod hit_ratio;
 pub mod kernel_swap;
 pub mod pattern;
 pub mod report;
 pub mod result;
 pub mod runner;
+pub mod scan_resistance;
 pub mod worker;

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hit_ratio::HitRatio;
 use crate::result::{Mode, ModeResult};
 
 /// Reference numbers for the backing device, measured elsewhere (e.g. by
@@ -48,11 +49,13 @@ fn baseline(results: &[ModeResult], mode: Mode) -> Option<&ModeResult> {
 pub fn render_table(results: &[ModeResult], device: Option<&DeviceRef>) -> String {
     let mut table = Table::new(results.iter().map(|result| result.mode.name().to_string()));
     add_throughput_rows(&mut table, results);
+    add_hit_ratio_rows(&mut table, results);
     add_latency_rows(&mut table, results);
     add_slow_access_rows(&mut table, results, device);
     table.add_row("verification", results, verification_cell);
 
     let mut out = table.render();
+    out.push_str(&hit_ratio_footnote(results));
     out.push_str(&device_footnote(device));
     out.push_str(&verification_alarms(results));
     out.push_str(&notes_section(results));
@@ -89,6 +92,83 @@ fn add_throughput_rows(table: &mut Table, results: &[ModeResult]) {
             )
         })
     });
+}
+
+/// Hit ratio and misses of the measured phase; with the scan-resistance
+/// workload, also the hot set's hit ratio during and after the scan. "RA =
+/// miss" rows count every page read ahead as a miss (see the footnote).
+fn add_hit_ratio_rows(table: &mut Table, results: &[ModeResult]) {
+    table.add_row("hit ratio", results, |result| {
+        hit_ratio_cell(result, result.hit_ratio.as_ref())
+    });
+    table.add_row("hit ratio, RA = miss", results, |result| {
+        read_ahead_as_miss_cell(result, result.hit_ratio.as_ref())
+    });
+    table.add_row("misses", results, |result| {
+        ran(result, |result| {
+            result
+                .hit_ratio
+                .as_ref()
+                .map_or(MISSING.to_string(), |hit| group_thousands(hit.misses))
+        })
+    });
+    if !results
+        .iter()
+        .any(|result| result.scan_resistance.is_some())
+    {
+        return;
+    }
+    table.add_row("hot hit ratio, during scan", results, |result| {
+        let scan = result.scan_resistance.as_ref();
+        hit_ratio_cell(result, scan.map(|scan| &scan.hot_during_scan))
+    });
+    table.add_row("hot, during scan, RA = miss", results, |result| {
+        let scan = result.scan_resistance.as_ref();
+        read_ahead_as_miss_cell(result, scan.map(|scan| &scan.hot_during_scan))
+    });
+    table.add_row("hot hit ratio, after scan", results, |result| {
+        let scan = result.scan_resistance.as_ref();
+        hit_ratio_cell(result, scan.map(|scan| &scan.hot_after_scan))
+    });
+    table.add_row("scan hit ratio", results, |result| {
+        let scan = result.scan_resistance.as_ref();
+        hit_ratio_cell(result, scan.map(|scan| &scan.scan))
+    });
+}
+
+fn hit_ratio_cell(result: &ModeResult, hit: Option<&HitRatio>) -> String {
+    ran(result, |_| {
+        hit.map_or(MISSING.to_string(), |hit| hit_percent(hit.ratio))
+    })
+}
+
+fn read_ahead_as_miss_cell(result: &ModeResult, hit: Option<&HitRatio>) -> String {
+    ran(result, |_| {
+        hit.and_then(|hit| hit.ratio_read_ahead_as_miss)
+            .map_or(MISSING.to_string(), hit_percent)
+    })
+}
+
+/// Which counters each mode's misses came from, once per distinct source.
+fn hit_ratio_footnote(results: &[ModeResult]) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for result in results.iter().filter(|result| !is_skipped(result)) {
+        if let Some(hit) = &result.hit_ratio {
+            let line = format!("  {}: {}\n", result.mode.name(), hit.source);
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nhit ratio = 1 - misses / accesses of the measured phase.\n\
+         RA = miss: 1 - device reads / accesses, every page read ahead counted as a miss.\n\
+         Counted by:\n{}",
+        lines.concat()
+    )
 }
 
 fn add_latency_rows(table: &mut Table, results: &[ModeResult]) {
@@ -442,6 +522,16 @@ fn percent(value: f64) -> String {
     }
 }
 
+/// A hit ratio as a percentage with two decimals, exactly 1 as `100%` so
+/// that "no miss at all" stands out from "99.995%" (`100.00%`).
+fn hit_percent(ratio: f64) -> String {
+    if ratio == 1.0 {
+        "100%".to_string()
+    } else {
+        format!("{:.2}%", ratio * 100.0)
+    }
+}
+
 /// `1234567` as `1,234,567`.
 fn group_thousands(value: u64) -> String {
     if value < 1000 {
@@ -457,7 +547,9 @@ mod tests {
 
     use super::*;
     use crate::histogram::LatencyHistogram;
+    use crate::hit_ratio::MissCount;
     use crate::result::VerifyReport;
+    use crate::scan_resistance::{ScanResistanceResult, ScanShape};
 
     const SLOW_NS: u64 = 10_000;
 
@@ -484,6 +576,16 @@ mod tests {
                 pages_checked: 4096,
                 ..VerifyReport::default()
             },
+            hit_ratio: HitRatio::new(
+                10_000,
+                MissCount {
+                    misses: 100 * fault_percent,
+                    device_reads: Some(200 * fault_percent),
+                    counters: BTreeMap::new(),
+                },
+                &format!("{} counters", mode.name()),
+            ),
+            scan_resistance: None,
             counters: BTreeMap::new(),
             notes: Vec::new(),
         }
@@ -498,6 +600,7 @@ mod tests {
             elapsed_s: 0.0,
             latency: LatencyHistogram::new(),
             verify: VerifyReport::default(),
+            hit_ratio: None,
             notes: vec![why.to_string()],
             ..synthetic(mode, 1.0, 0, 0)
         }
@@ -540,6 +643,85 @@ mod tests {
         );
         assert!(!table.contains("device reference"), "{table}");
         assert!(!table.contains("FAILED"), "{table}");
+    }
+
+    #[test]
+    fn hit_ratios_and_their_sources_are_shown() {
+        let table = render_table(&three_modes(), None);
+        let hits = row(&table, "hit ratio");
+        assert!(
+            hits.contains("100%") && hits.contains("95.00%") && hits.contains("90.00%"),
+            "{table}"
+        );
+        let read_ahead = row(&table, "hit ratio, RA = miss");
+        assert!(
+            read_ahead.contains("90.00%") && read_ahead.contains("80.00%"),
+            "{table}"
+        );
+        let misses = row(&table, "misses");
+        assert!(
+            misses.contains("500") && misses.contains("1,000"),
+            "{table}"
+        );
+        for source in ["dram counters", "tiermem counters", "kernel-swap counters"] {
+            assert!(table.contains(source), "{table}");
+        }
+        assert!(!table.contains("hot hit ratio"), "{table}");
+    }
+
+    #[test]
+    fn scan_resistance_rows_appear_with_the_workload() {
+        let mut results = three_modes();
+        let ratio = |misses: u64| {
+            HitRatio::new(
+                1000,
+                MissCount {
+                    misses,
+                    device_reads: Some(misses + 10),
+                    counters: BTreeMap::new(),
+                },
+                "test",
+            )
+            .unwrap()
+        };
+        results[2].scan_resistance = Some(ScanResistanceResult {
+            shape: ScanShape {
+                hot_pages: 8,
+                scan_pages: 32,
+                chunk_pages: 4,
+            },
+            hot_during_scan: ratio(123),
+            hot_after_scan: ratio(4),
+            scan: ratio(900),
+        });
+        let table = render_table(&results, None);
+        let during = row(&table, "hot hit ratio, during scan");
+        assert!(during.ends_with("87.70%"), "{table}");
+        let read_ahead = row(&table, "hot, during scan, RA = miss");
+        assert!(read_ahead.ends_with("86.70%"), "{table}");
+        assert!(row(&table, "hot hit ratio, after scan").ends_with("99.60%"));
+        assert!(row(&table, "scan hit ratio").ends_with("10.00%"));
+        // Modes without the result show the placeholder.
+        assert!(during.contains(MISSING), "{table}");
+    }
+
+    #[test]
+    fn skipped_modes_and_missing_counters_show_no_hit_ratio() {
+        let mut results = three_modes();
+        results[1].hit_ratio = None;
+        results[2] = skipped(Mode::KernelSwap, "not root");
+        let table = render_table(&results, None);
+        let hits = row(&table, "hit ratio");
+        assert_eq!(hits.matches(MISSING).count(), 2, "{table}");
+        assert!(!table.contains("tiermem counters"), "{table}");
+    }
+
+    #[test]
+    fn hit_percent_keeps_an_exact_one_apart() {
+        assert_eq!(hit_percent(1.0), "100%");
+        assert_eq!(hit_percent(0.99999), "100.00%");
+        assert_eq!(hit_percent(0.5), "50.00%");
+        assert_eq!(hit_percent(0.0), "0.00%");
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::histogram::LatencyHistogram;
+use crate::hit_ratio::HitRatio;
+use crate::scan_resistance::ScanResistanceResult;
 
 /// Which memory system a run measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -79,6 +81,13 @@ pub struct ModeResult {
     /// Accesses at or above this latency count as "slow" (a fault, a miss).
     pub slow_threshold_ns: u64,
     pub verify: VerifyReport,
+    /// Hit ratio of the measured accesses, from the mode's own miss counters
+    /// (see `hit_ratio`); `None` when they could not be read (a note says why).
+    #[serde(default)]
+    pub hit_ratio: Option<HitRatio>,
+    /// The hot set's hit ratios, for `--workload scan-resistance`.
+    #[serde(default)]
+    pub scan_resistance: Option<ScanResistanceResult>,
     /// Mode-specific counters: tiermem stats, cgroup fault and swap counts.
     pub counters: BTreeMap<String, f64>,
     /// Why a mode was skipped or what to keep in mind when reading it.

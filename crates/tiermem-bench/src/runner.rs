@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::kernel_swap::{SandboxSpec, SwapSandbox};
+use crate::kernel_swap::{SandboxSpec, SwapSandbox, MEMORY_STAT_ENV};
 use crate::result::{Mode, ModeResult, VerifyReport};
 use crate::worker::{WorkerEvent, WorkloadSpec};
 
@@ -42,6 +42,8 @@ pub fn skipped(mode: Mode, why: String) -> ModeResult {
         latency: Default::default(),
         slow_threshold_ns: crate::worker::SLOW_THRESHOLD_NS,
         verify: VerifyReport::default(),
+        hit_ratio: None,
+        scan_resistance: None,
         counters: Default::default(),
         notes: vec![format!("skipped: {why}")],
     }
@@ -77,6 +79,8 @@ fn run_mode(
             };
             let sb = SwapSandbox::create(&spec)?;
             sb.configure_command(&mut cmd);
+            // The worker counts its major faults in the cgroup's memory.stat.
+            cmd.env(MEMORY_STAT_ENV, sb.memory_stat_path());
             sandbox = Some(sb);
         }
         Mode::Dram => {}

@@ -6,15 +6,21 @@
 //! timed. Every page carries a stamp: its identity in its first and last
 //! words and a version that writes bump with an atomic max, so concurrent
 //! writers agree on the final value. At the end every page is verified.
+//!
+//! Misses are counted by the mode itself (see `hit_ratio`), read just before
+//! the measured phase starts and just after it ends.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::histogram::LatencyHistogram;
+use crate::hit_ratio::{HitRatio, MissCount, MissCounters};
 use crate::pattern::{PageSampler, Pattern};
 use crate::result::{Mode, ModeResult, VerifyReport};
+use crate::scan_resistance::{self, ScanShape};
 
 /// Accesses slower than this count as misses (any page fault takes longer).
 pub const SLOW_THRESHOLD_NS: u64 = 1_000;
@@ -32,6 +38,22 @@ pub struct WorkloadSpec {
     pub duration_s: f64,
     pub warmup_s: f64,
     pub seed: u64,
+    /// What the accesses do; older specs without it mean `Pattern`.
+    #[serde(default)]
+    pub workload: Workload,
+}
+
+/// The kind of workload a worker runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Workload {
+    /// `threads` threads access pages drawn from `pattern` for `duration_s`
+    /// seconds after `warmup_s`, `read_percent` of them reads.
+    #[default]
+    Pattern,
+    /// A hot set re-read while a sequential scan passes (see
+    /// `scan_resistance`); one thread, reads only, a fixed amount of work.
+    ScanResistance(ScanShape),
 }
 
 /// Memory for the working set, provided by the mode.
@@ -41,13 +63,42 @@ pub trait WorkingSet {
     fn counters(&self) -> Vec<(String, f64)> {
         Vec::new()
     }
+    /// The mode's cumulative miss counters right now; misses over a window
+    /// are the difference of two readings.
+    fn miss_counters(&self) -> anyhow::Result<MissCounters>;
+    /// Waits until the reads the mode has in flight are in its counters, so
+    /// that they count in the window that caused them: tiermem counts a
+    /// read-ahead page when its read completes, maybe after the accesses
+    /// that started it. Polls the counters until they stay still for
+    /// `SETTLE_QUIET`, for at most `SETTLE_LIMIT`.
+    fn settle(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let mut reading = self.miss_counters()?;
+        while started.elapsed() < SETTLE_LIMIT {
+            std::thread::sleep(SETTLE_QUIET);
+            let next = self.miss_counters()?;
+            if next == reading {
+                break;
+            }
+            reading = next;
+        }
+        Ok(())
+    }
 }
+
+/// How long a mode's counters must stay still to count as settled: longer
+/// than one read of the device takes (tens to hundreds of microseconds).
+pub const SETTLE_QUIET: Duration = Duration::from_millis(2);
+/// The longest wait for settled counters: the kernel's `pswpin` is
+/// system-wide, so other processes could keep it moving.
+pub const SETTLE_LIMIT: Duration = Duration::from_millis(100);
 
 fn tag(page: u64) -> u64 {
     STAMP_MAGIC ^ page.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-struct Pages {
+/// The working set as stamped pages.
+pub(crate) struct Pages {
     base: *mut u8,
     page_size: usize,
     count: u64,
@@ -59,6 +110,16 @@ struct Pages {
 unsafe impl Sync for Pages {}
 
 impl Pages {
+    /// The `count` pages of `page_size` bytes at `set.base()`, not stamped yet.
+    pub(crate) fn new(set: &dyn WorkingSet, page_size: usize, count: u64) -> Pages {
+        Pages {
+            base: set.base(),
+            page_size,
+            count,
+            expected: (0..count).map(|_| AtomicU64::new(1)).collect(),
+        }
+    }
+
     #[inline]
     fn word(&self, page: u64, index: usize) -> &AtomicU64 {
         debug_assert!(page < self.count && index < self.page_size / 8);
@@ -67,7 +128,7 @@ impl Pages {
         unsafe { &*(self.base.add(page as usize * self.page_size + index * 8) as *const AtomicU64) }
     }
 
-    fn stamp(&self, page: u64) {
+    pub(crate) fn stamp(&self, page: u64) {
         self.word(page, 0).store(tag(page), Ordering::Relaxed);
         self.word(page, 1).store(1, Ordering::Relaxed);
         self.word(page, self.page_size / 8 - 1)
@@ -75,7 +136,7 @@ impl Pages {
     }
 
     #[inline]
-    fn access(&self, page: u64, read: bool) {
+    pub(crate) fn access(&self, page: u64, read: bool) {
         if read {
             std::hint::black_box(self.word(page, 1).load(Ordering::Relaxed));
         } else {
@@ -84,7 +145,7 @@ impl Pages {
         }
     }
 
-    fn verify(&self) -> VerifyReport {
+    pub(crate) fn verify(&self) -> VerifyReport {
         let mut r = VerifyReport {
             pages_checked: self.count,
             ..Default::default()
@@ -125,69 +186,114 @@ pub fn emit(event: &WorkerEvent) {
     }
 }
 
-/// Stamps, warms up, measures and verifies. `progress` gets phase updates.
+/// Runs the spec's workload on `set` and verifies every page afterwards.
 pub fn run_workload(
     mode: Mode,
     spec: &WorkloadSpec,
     set: &dyn WorkingSet,
 ) -> anyhow::Result<ModeResult> {
-    let pattern: Pattern = spec.pattern.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let page_size = spec.page_size as usize;
-    let count = spec.working_set_bytes / spec.page_size;
-    anyhow::ensure!(count > 0, "the working set holds no page");
-    let pages = Pages {
-        base: set.base(),
-        page_size,
-        count,
-        expected: (0..count).map(|_| AtomicU64::new(1)).collect(),
-    };
-    stamp_all(&pages);
-    let (latency, reads, writes, elapsed) = measure(&pages, &pattern, spec);
-    emit(&WorkerEvent::Progress {
-        phase: "verify".into(),
-        done: 0.0,
-    });
-    let verify = pages.verify();
-    let accesses = reads + writes;
-    Ok(ModeResult {
-        mode,
-        accesses,
-        reads,
-        writes,
-        elapsed_s: elapsed.as_secs_f64(),
-        pages_per_sec: accesses as f64 / elapsed.as_secs_f64().max(1e-9),
-        latency,
-        slow_threshold_ns: SLOW_THRESHOLD_NS,
-        verify,
-        counters: set.counters().into_iter().collect(),
-        notes: Vec::new(),
-    })
+    match spec.workload {
+        Workload::Pattern => run_pattern_workload(mode, spec, set),
+        Workload::ScanResistance(shape) => scan_resistance::run(mode, spec, &shape, set),
+    }
 }
 
-fn stamp_all(pages: &Pages) {
-    let step = (pages.count / 100).max(1);
-    for p in 0..pages.count {
-        pages.stamp(p);
-        if p % step == 0 {
+/// Stamps, warms up, measures and verifies. `progress` gets phase updates.
+fn run_pattern_workload(
+    mode: Mode,
+    spec: &WorkloadSpec,
+    set: &dyn WorkingSet,
+) -> anyhow::Result<ModeResult> {
+    let pattern: Pattern = spec.pattern.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let count = spec.working_set_bytes / spec.page_size;
+    anyhow::ensure!(count > 0, "the working set holds no page");
+    let pages = Pages::new(set, spec.page_size as usize, count);
+    stamp_pages(&pages, 0..count);
+    let measured = measure(&pages, set, &pattern, spec);
+    let verify = verify_with_progress(&pages);
+    let accesses = measured.reads + measured.writes;
+    let mut result = ModeResult {
+        mode,
+        accesses,
+        reads: measured.reads,
+        writes: measured.writes,
+        elapsed_s: measured.elapsed.as_secs_f64(),
+        pages_per_sec: accesses as f64 / measured.elapsed.as_secs_f64().max(1e-9),
+        latency: measured.latency,
+        slow_threshold_ns: SLOW_THRESHOLD_NS,
+        verify,
+        hit_ratio: None,
+        scan_resistance: None,
+        counters: set.counters().into_iter().collect(),
+        notes: Vec::new(),
+    };
+    match measured.misses {
+        Ok((count, source)) => result.hit_ratio = HitRatio::new(accesses, count, source),
+        Err(error) => result.notes.push(format!("no hit ratio: {error:#}")),
+    }
+    Ok(result)
+}
+
+/// Stamps `range` of the pages in order, with progress events.
+pub(crate) fn stamp_pages(pages: &Pages, range: std::ops::Range<u64>) {
+    let total = range.end - range.start;
+    let step = (total / 100).max(1);
+    for (stamped, page) in (0u64..).zip(range) {
+        pages.stamp(page);
+        if stamped.is_multiple_of(step) {
             emit(&WorkerEvent::Progress {
                 phase: "stamp".into(),
-                done: p as f64 / pages.count as f64,
+                done: stamped as f64 / total as f64,
             });
         }
     }
 }
 
-/// Runs warm-up then the measured phase on `spec.threads` threads.
+pub(crate) fn verify_with_progress(pages: &Pages) -> VerifyReport {
+    emit(&WorkerEvent::Progress {
+        phase: "verify".into(),
+        done: 0.0,
+    });
+    pages.verify()
+}
+
+/// What the measured phase of a pattern workload saw.
+struct Measured {
+    latency: LatencyHistogram,
+    reads: u64,
+    writes: u64,
+    elapsed: Duration,
+    /// Misses over the measured phase and where they were counted.
+    misses: anyhow::Result<(MissCount, &'static str)>,
+}
+
+/// Misses between two readings of the mode's counters, taken before and
+/// after the measured phase, and where they were counted.
+fn misses_between(
+    before: anyhow::Result<MissCounters>,
+    after: anyhow::Result<MissCounters>,
+) -> anyhow::Result<(MissCount, &'static str)> {
+    let before = before.context("reading the miss counters before the measured phase")?;
+    let after = after.context("reading the miss counters after the measured phase")?;
+    Ok((after.misses_since(&before)?, after.source()))
+}
+
+/// Runs warm-up then the measured phase on `spec.threads` threads. The miss
+/// counters are read when recording starts and after every thread stopped:
+/// a thread notices either flag only between batches of 64 accesses, so the
+/// window may be off by that many accesses per thread out of millions.
 fn measure(
     pages: &Pages,
+    set: &dyn WorkingSet,
     pattern: &Pattern,
     spec: &WorkloadSpec,
-) -> (LatencyHistogram, u64, u64, Duration) {
+) -> Measured {
     let recording = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
     let mut merged = LatencyHistogram::new();
     let (mut reads, mut writes) = (0, 0);
     let mut elapsed = Duration::ZERO;
+    let mut misses = Err(anyhow::anyhow!("the measured phase did not run"));
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.threads)
             .map(|t| {
@@ -199,6 +305,7 @@ fn measure(
             })
             .collect();
         tick_phase("warmup", spec.warmup_s);
+        let counters_before = set.miss_counters();
         let started = Instant::now();
         recording.store(true, Ordering::Release);
         tick_phase("measure", spec.duration_s);
@@ -211,8 +318,15 @@ fn measure(
                 writes += w;
             }
         }
+        misses = misses_between(counters_before, set.miss_counters());
     });
-    (merged, reads, writes, elapsed)
+    Measured {
+        latency: merged,
+        reads,
+        writes,
+        elapsed,
+        misses,
+    }
 }
 
 fn tick_phase(phase: &str, seconds: f64) {
@@ -264,19 +378,38 @@ fn access_loop(
 /// Plain anonymous memory (modes `dram` and `kernel-swap`).
 pub struct AnonymousSet {
     map: tiermem_core::sys::mem::Mapping,
+    /// The memory cgroup's `memory.stat` in kernel-swap mode, where the
+    /// major faults are counted; `None` for plain DRAM.
+    memory_stat: Option<std::path::PathBuf>,
 }
 
 impl AnonymousSet {
-    pub fn new(bytes: u64) -> anyhow::Result<AnonymousSet> {
+    /// `memory_stat`: see the field.
+    pub fn new(
+        bytes: u64,
+        memory_stat: Option<std::path::PathBuf>,
+    ) -> anyhow::Result<AnonymousSet> {
         let map =
             tiermem_core::sys::mem::Mapping::reserve(bytes as usize, "allocating the working set")?;
-        Ok(AnonymousSet { map })
+        Ok(AnonymousSet { map, memory_stat })
     }
 }
 
 impl WorkingSet for AnonymousSet {
     fn base(&self) -> *mut u8 {
         self.map.as_ptr()
+    }
+
+    fn miss_counters(&self) -> anyhow::Result<MissCounters> {
+        match &self.memory_stat {
+            None => Ok(MissCounters::Dram),
+            Some(path) => Ok(MissCounters::KernelSwap {
+                pgmajfault: crate::kernel_swap::read_major_faults(path)?,
+                // Only the second ratio needs it: without it that one is
+                // left out rather than the whole hit ratio.
+                pswpin: crate::kernel_swap::read_swap_ins().ok(),
+            }),
+        }
     }
 }
 
@@ -309,6 +442,8 @@ impl WorkingSet for TiermemSet {
             ("clean_drops", s.clean_drops),
             ("zero_drops", s.zero_drops),
             ("probation_hits", s.probation_hits),
+            ("prefetch_issued", s.prefetch_issued),
+            ("prefetch_hits", s.prefetch_hits),
             ("wp_faults", s.wp_faults),
             ("budget_waits", s.budget_waits),
             ("bytes_read", s.bytes_read),
@@ -325,6 +460,27 @@ impl WorkingSet for TiermemSet {
         .map(|(k, v)| (k.to_string(), v as f64))
         .collect()
     }
+
+    fn miss_counters(&self) -> anyhow::Result<MissCounters> {
+        let stats = self.rt.stats();
+        Ok(MissCounters::Tiermem {
+            page_ins: stats.page_ins,
+            prefetch_issued: stats.prefetch_issued,
+        })
+    }
+}
+
+/// The kernel-swap worker's `memory.stat`, which the parent names in the
+/// environment (the worker was put in the cgroup before it started).
+fn kernel_swap_memory_stat() -> anyhow::Result<std::path::PathBuf> {
+    let path = std::env::var_os(crate::kernel_swap::MEMORY_STAT_ENV).with_context(|| {
+        format!(
+            "{} is not set: a kernel-swap worker is started by `tiermem bench` \
+             inside its memory cgroup, which names the cgroup's memory.stat there",
+            crate::kernel_swap::MEMORY_STAT_ENV
+        )
+    })?;
+    Ok(path.into())
 }
 
 /// Entry point of a worker process: builds the mode's working set, runs,
@@ -332,8 +488,15 @@ impl WorkingSet for TiermemSet {
 pub fn worker_main(mode: Mode, spec: &WorkloadSpec) -> i32 {
     let outcome = (|| -> anyhow::Result<ModeResult> {
         match mode {
-            Mode::Dram | Mode::KernelSwap => {
-                run_workload(mode, spec, &AnonymousSet::new(spec.working_set_bytes)?)
+            Mode::Dram => run_workload(
+                mode,
+                spec,
+                &AnonymousSet::new(spec.working_set_bytes, None)?,
+            ),
+            Mode::KernelSwap => {
+                let memory_stat = kernel_swap_memory_stat()?;
+                let set = AnonymousSet::new(spec.working_set_bytes, Some(memory_stat))?;
+                run_workload(mode, spec, &set)
             }
             Mode::Tiermem => run_workload(mode, spec, &TiermemSet::new(spec.working_set_bytes)?),
         }
@@ -354,5 +517,59 @@ pub fn worker_main(mode: Mode, spec: &WorkloadSpec) -> i32 {
             });
             2
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// Counters that move on each of the first `moving` readings, then
+    /// stay still (or never stop, with `u64::MAX`).
+    struct Moving {
+        readings: Cell<u64>,
+        moving: u64,
+    }
+
+    impl WorkingSet for Moving {
+        fn base(&self) -> *mut u8 {
+            std::ptr::null_mut()
+        }
+
+        fn miss_counters(&self) -> anyhow::Result<MissCounters> {
+            self.readings.set(self.readings.get() + 1);
+            Ok(MissCounters::KernelSwap {
+                pgmajfault: self.readings.get().min(self.moving),
+                pswpin: None,
+            })
+        }
+    }
+
+    #[test]
+    fn settle_waits_until_the_counters_stay_still() {
+        let set = Moving {
+            readings: Cell::new(0),
+            moving: 3,
+        };
+        let started = Instant::now();
+        set.settle().unwrap();
+        // Readings 1, 2, 3 move; the 4th equals the 3rd.
+        assert_eq!(set.readings.get(), 4);
+        assert!(started.elapsed() >= 3 * SETTLE_QUIET);
+    }
+
+    #[test]
+    fn settle_gives_up_on_counters_that_never_stop() {
+        let set = Moving {
+            readings: Cell::new(0),
+            moving: u64::MAX,
+        };
+        let started = Instant::now();
+        set.settle().unwrap();
+        let waited = started.elapsed();
+        assert!(waited >= SETTLE_LIMIT, "{waited:?}");
+        assert!(waited < SETTLE_LIMIT + Duration::from_secs(2), "{waited:?}");
     }
 }

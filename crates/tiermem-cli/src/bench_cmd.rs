@@ -5,18 +5,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tiermem_bench::report::{self, DeviceRef};
-use tiermem_bench::result::Mode;
+use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::{run_plan, BenchPlan};
-use tiermem_bench::worker::{worker_main, WorkloadSpec};
+use tiermem_bench::scan_resistance::ScanShape;
+use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
 use tiermem_core::{parse_size, Config, PolicyKind};
+
+/// Working set of the pattern workload when `--working-set` is not given.
+const DEFAULT_WORKING_SET: &str = "1G";
 
 /// A pmbench-style paging benchmark.
 ///
-/// Every mode runs the same workload in its own process: threads access one
-/// word of randomly chosen pages of the working set, each access timed.
+/// Every mode runs the same workload in its own process, each access timed.
 /// Modes:
 ///   dram         plain anonymous memory, no limit;
 ///   tiermem      tiermem with the DRAM budget and backing store given;
@@ -24,22 +27,55 @@ use tiermem_core::{parse_size, Config, PolicyKind};
 ///                budget, with a swapfile on the backing store's filesystem
 ///                (needs root; removed on every exit path, Ctrl-C included).
 ///
-/// The report gives pages/s, ratios between modes, latency percentiles, the
-/// latency of slow accesses (faults, "misses"), and a log2 histogram with
-/// 16 sub-bins per power of two as pmbench prints. Every page is stamped
-/// before the run and verified after it: lost or corrupted pages are
-/// reported, and the exit status is 3 if there are any.
+/// Workloads (--workload):
+///   pattern          (default) threads access one word of pages drawn from
+///                    --pattern for --duration seconds after --warmup seconds,
+///                    --read-ratio percent of them reads.
+///   scan-resistance  a hot set of half the budget is read again and again
+///                    while one sequential scan of twice the budget passes:
+///                    after every 1 MiB of scan, one pass over the hot set.
+///                    One thread, reads only, a fixed amount of work (its
+///                    sizes follow --dram; --working-set, --pattern,
+///                    --read-ratio, --duration and --warmup do not apply).
+///                    Reports the hot set's hit ratio during the scan and in
+///                    one pass after it. Run it once per --policy to compare
+///                    tiermem's policies with each other and with kernel swap.
+///
+/// The report gives pages/s, ratios between modes, the hit ratio, latency
+/// percentiles, the latency of slow accesses (faults, "misses"), and a log2
+/// histogram with 16 sub-bins per power of two as pmbench prints.
+///
+/// The hit ratio is 1 - misses / accesses over the measured phase only (not
+/// stamping, warm-up or verification), with misses counted by each system
+/// itself: tiermem's demand page-ins (page_ins - prefetch_issued: a
+/// probation or read-ahead hit is a hit), the memory cgroup's pgmajfault
+/// (memory.stat) for kernel swap, none for dram (1 by definition). Since
+/// read-ahead hides misses, "RA = miss" rows give 1 - device reads /
+/// accesses, every page read ahead counted as a miss: tiermem's page_ins,
+/// the kernel's pswpin (/proc/vmstat, system-wide: exact while the bench's
+/// swapfile is the only swap in use). The scan-resistance hot-set figures
+/// count the same way, over the hot passes only; before each reading of the
+/// counters every mode waits until its reads in flight are counted (tiermem
+/// counts read-ahead when it completes), and the waits are not timed.
+///
+/// Every page is stamped before the run and verified after it: lost or
+/// corrupted pages are reported, and the exit status is 3 if there are any.
 ///
 /// Examples:
 ///   tiermem bench                                   (1 GiB in 256 MiB, all modes)
 ///   tiermem bench --working-set 4G --dram 1G --read-ratio 0 --duration 30
 ///   tiermem bench --pattern zipf:0.99 --threads 2 --modes tiermem,kernel-swap --json
+///   tiermem bench --workload scan-resistance --dram 256M --policy s3fifo
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct BenchArgs {
-    /// Size of the working set (262144, 256K, 256M, 4G, 25%).
-    #[arg(long, default_value = "1G")]
-    working_set: String,
+    /// What the accesses do: pattern or scan-resistance (see above).
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Pattern)]
+    workload: WorkloadKind,
+    /// Size of the working set (262144, 256K, 256M, 4G, 25%) [default: 1G].
+    /// Not with --workload scan-resistance, which uses 2.5 x --dram.
+    #[arg(long)]
+    working_set: Option<String>,
     /// DRAM budget for tiermem and the cgroup limit for kernel swap.
     #[arg(long, default_value = "256M", env = "TIERMEM_DRAM")]
     dram: String,
@@ -56,7 +92,7 @@ pub struct BenchArgs {
     /// tiermem userfaultfd handler threads (default: by CPU count).
     #[arg(long, env = "TIERMEM_HANDLER_THREADS")]
     handler_threads: Option<usize>,
-    /// Application threads accessing the working set.
+    /// Application threads accessing the working set (scan-resistance: 1).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Percentage of accesses that are reads (0 = write-only).
@@ -88,6 +124,15 @@ pub struct BenchArgs {
     seed: u64,
 }
 
+/// The `--workload` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum WorkloadKind {
+    /// Timed accesses drawn from --pattern.
+    Pattern,
+    /// A hot set re-read while a sequential scan passes.
+    ScanResistance,
+}
+
 fn size(setting: &'static str, text: &str) -> anyhow::Result<u64> {
     Ok(parse_size(setting, text)?.resolve())
 }
@@ -103,7 +148,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         builder = builder.handler_threads(n);
     }
     let tiermem = builder.build()?;
-    let working_set = size("--working-set", &args.working_set)?;
+    let (workload, working_set) = workload_and_working_set(args, &tiermem)?;
     anyhow::ensure!(
         working_set >= page_size,
         "--working-set must hold at least one page"
@@ -128,11 +173,42 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
             duration_s: args.duration,
             warmup_s: args.warmup,
             seed: args.seed,
+            workload,
         },
         modes,
         tiermem,
         worker: (exe, vec!["__bench-worker".into()]),
     })
+}
+
+/// The workload and its working-set size. Scan resistance derives its sizes
+/// from the budget, so an explicit `--working-set` (or a second thread) is
+/// refused rather than silently ignored.
+fn workload_and_working_set(args: &BenchArgs, tiermem: &Config) -> anyhow::Result<(Workload, u64)> {
+    match args.workload {
+        WorkloadKind::Pattern => {
+            let text = args.working_set.as_deref().unwrap_or(DEFAULT_WORKING_SET);
+            Ok((Workload::Pattern, size("--working-set", text)?))
+        }
+        WorkloadKind::ScanResistance => {
+            anyhow::ensure!(
+                args.working_set.is_none(),
+                "--working-set does not apply to --workload scan-resistance: its sizes \
+                 follow --dram (hot set half of it, scan twice it)"
+            );
+            anyhow::ensure!(
+                args.threads == 1,
+                "--workload scan-resistance runs one thread (a scan and a hot set read \
+                 in turn); drop --threads"
+            );
+            let page_size = tiermem.page_size as u64;
+            let shape = ScanShape::for_budget(tiermem.dram_budget, page_size)?;
+            Ok((
+                Workload::ScanResistance(shape),
+                shape.total_pages() * page_size,
+            ))
+        }
+    }
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
@@ -184,23 +260,11 @@ fn progress_bar(show: bool) -> Option<ProgressBar> {
 
 fn print_human(
     plan: &BenchPlan,
-    results: &[tiermem_bench::result::ModeResult],
+    results: &[ModeResult],
     device: Option<&DeviceRef>,
     histograms: bool,
 ) {
-    let w = &plan.workload;
-    println!(
-        "tiermem bench: working set {}, budget {}, page {}, {} thread(s), {}% reads, {}, {}s (+{}s warm-up), policy {}",
-        report::human_bytes(w.working_set_bytes),
-        report::human_bytes(plan.tiermem.dram_budget),
-        report::human_bytes(w.page_size),
-        w.threads,
-        w.read_percent,
-        w.pattern,
-        w.duration_s,
-        w.warmup_s,
-        plan.tiermem.policy
-    );
+    println!("{}", headline(plan));
     println!();
     print!("{}", report::render_table(results, device));
     if histograms {
@@ -209,31 +273,74 @@ fn print_human(
     }
 }
 
+/// One line saying what ran.
+fn headline(plan: &BenchPlan) -> String {
+    let w = &plan.workload;
+    let budget = report::human_bytes(plan.tiermem.dram_budget);
+    let page = report::human_bytes(w.page_size);
+    let policy = plan.tiermem.policy;
+    match w.workload {
+        Workload::Pattern => format!(
+            "tiermem bench: working set {}, budget {budget}, page {page}, {} thread(s), \
+             {}% reads, {}, {}s (+{}s warm-up), policy {policy}",
+            report::human_bytes(w.working_set_bytes),
+            w.threads,
+            w.read_percent,
+            w.pattern,
+            w.duration_s,
+            w.warmup_s,
+        ),
+        Workload::ScanResistance(shape) => format!(
+            "tiermem bench: scan resistance, budget {budget}, page {page}: hot set {} \
+             read after every {} of a {} sequential scan ({} passes), policy {policy}",
+            report::human_bytes(shape.hot_pages * w.page_size),
+            report::human_bytes(shape.chunk_pages * w.page_size),
+            report::human_bytes(shape.scan_pages * w.page_size),
+            shape.passes(),
+        ),
+    }
+}
+
+/// The per-mode JSON summary: speed, latency, hit ratios and the raw
+/// counts behind them.
+fn json_summary(r: &ModeResult) -> serde_json::Value {
+    let hit = r.hit_ratio.as_ref();
+    let scan = r.scan_resistance.as_ref();
+    serde_json::json!({
+        "mode": r.mode.name(),
+        "pages_per_sec": r.pages_per_sec,
+        "hit_ratio": hit.map(|h| h.ratio),
+        "hit_ratio_read_ahead_as_miss": hit.and_then(|h| h.ratio_read_ahead_as_miss),
+        "misses": hit.map(|h| h.misses),
+        "device_reads": hit.and_then(|h| h.device_reads),
+        "accesses": r.accesses,
+        "miss_source": hit.map(|h| h.source.as_str()),
+        "miss_counters": hit.map(|h| &h.counters),
+        "hot_hit_ratio_during_scan": scan.map(|s| s.hot_during_scan.ratio),
+        "hot_hit_ratio_during_scan_read_ahead_as_miss":
+            scan.and_then(|s| s.hot_during_scan.ratio_read_ahead_as_miss),
+        "hot_hit_ratio_after_scan": scan.map(|s| s.hot_after_scan.ratio),
+        "scan_hit_ratio": scan.map(|s| s.scan.ratio),
+        "mean_ns": r.latency.mean_ns(),
+        "p50_ns": r.latency.percentile(50.0),
+        "p90_ns": r.latency.percentile(90.0),
+        "p99_ns": r.latency.percentile(99.0),
+        "p999_ns": r.latency.percentile(99.9),
+        "slow_fraction": r.latency.count_at_least(r.slow_threshold_ns) as f64 / r.latency.count().max(1) as f64,
+        "miss_p50_ns": r.latency.percentile_at_least(r.slow_threshold_ns, 50.0),
+    })
+}
+
 fn print_json(
     plan: &BenchPlan,
-    results: &[tiermem_bench::result::ModeResult],
+    results: &[ModeResult],
     device: Option<&DeviceRef>,
 ) -> anyhow::Result<()> {
     let ratios: serde_json::Map<String, serde_json::Value> = report::ratio_summary(results)
         .into_iter()
         .map(|(k, v)| (k, v.into()))
         .collect();
-    let summary: Vec<serde_json::Value> = results
-        .iter()
-        .map(|r| {
-            serde_json::json!({
-                "mode": r.mode.name(),
-                "pages_per_sec": r.pages_per_sec,
-                "mean_ns": r.latency.mean_ns(),
-                "p50_ns": r.latency.percentile(50.0),
-                "p90_ns": r.latency.percentile(90.0),
-                "p99_ns": r.latency.percentile(99.0),
-                "p999_ns": r.latency.percentile(99.9),
-                "slow_fraction": r.latency.count_at_least(r.slow_threshold_ns) as f64 / r.latency.count().max(1) as f64,
-                "miss_p50_ns": r.latency.percentile_at_least(r.slow_threshold_ns, 50.0),
-            })
-        })
-        .collect();
+    let summary: Vec<serde_json::Value> = results.iter().map(json_summary).collect();
     let out = serde_json::json!({
         "workload": plan.workload,
         "budget_bytes": plan.tiermem.dram_budget,

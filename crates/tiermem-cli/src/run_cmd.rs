@@ -20,9 +20,10 @@ use clap::Args;
 use signal_hook::iterator::exfiltrator::WithRawSiginfo;
 use signal_hook::iterator::SignalsInfo;
 use tiermem_core::config::{
-    ENV_BACKING, ENV_BACKING_SIZE, ENV_DRAM, ENV_HANDLER_THREADS, ENV_PAGE_SIZE, ENV_POLICY,
-    MAX_PAGE_SIZE, MIN_BUDGET_PAGES, MIN_PAGE_SIZE,
+    ENV_BACKING, ENV_DRAM, ENV_HANDLER_THREADS, ENV_PAGE_SIZE, ENV_POLICY, MAX_PAGE_SIZE,
+    MIN_BUDGET_PAGES, MIN_PAGE_SIZE,
 };
+use tiermem_core::organization::OrganizationArgs;
 use tiermem_core::{parse_size, Config, Error as CoreError, Runtime};
 
 /// Tells libtiermem.so that it was preloaded and must interpose.
@@ -128,6 +129,9 @@ pub struct RunArgs {
     #[arg(long)]
     no_inherit: bool,
 
+    #[command(flatten)]
+    organization: OrganizationArgs,
+
     /// The program to run and its arguments (put them after `--`).
     #[arg(
         value_name = "CMD",
@@ -148,6 +152,15 @@ Environment:
   TIERMEM_HANDLER_THREADS handler threads, as --handler-threads.
   TIERMEM_STATS           1: print statistics at exit, as --stats.
   TIERMEM_MMAP_THRESHOLD  smallest tiered anonymous mmap, as --mmap-threshold.
+  TIERMEM_PRESET          organization preset, as --preset.
+  TIERMEM_ASSOCIATIVITY   ways per set, as --associativity.
+  TIERMEM_PREFETCH        fixed prefetch degree, as --prefetch.
+  TIERMEM_WRITE_POLICY    write-back or write-through, as --write-policy.
+  TIERMEM_INCLUSION       inclusive or exclusive, as --inclusion.
+  TIERMEM_READAHEAD       on/off: the adaptive read-ahead (when no --prefetch).
+  TIERMEM_IO_ENGINE       io_uring (default) or psync.
+  TIERMEM_IO_DEPTH        page reads in flight per handler thread (default 32).
+  TIERMEM_IO_POLL         none (default) or sqpoll.
   TIERMEM_LIB             path of libtiermem.so. Default: next to the tiermem
                           binary, then ../lib/ and ../lib/tiermem/ from it.
   A flag overrides its variable. The program is started with TIERMEM_PRELOAD=1,
@@ -295,7 +308,7 @@ fn flag_for(args: &RunArgs, var: &str) -> Option<(&'static str, String)> {
         ENV_POLICY => ("--policy", &args.policy),
         ENV_HANDLER_THREADS => ("--handler-threads", &args.handler_threads),
         ENV_MMAP_THRESHOLD => ("--mmap-threshold", &args.mmap_threshold),
-        _ => return None,
+        _ => return args.organization.flag_for(var),
     };
     value.clone().map(|v| (flag, v))
 }
@@ -319,19 +332,7 @@ fn source_of(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>, var: &'static
 /// The configuration the program will run with: flags over `TIERMEM_*`
 /// variables over defaults, with the core's checks and ours.
 fn resolve_config(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Stop> {
-    let get = |var: &str| {
-        let var = [
-            ENV_DRAM,
-            ENV_BACKING,
-            ENV_BACKING_SIZE,
-            ENV_PAGE_SIZE,
-            ENV_POLICY,
-            ENV_HANDLER_THREADS,
-        ]
-        .into_iter()
-        .find(|v| *v == var)?;
-        lookup(args, env, var).map(|(v, _)| v)
-    };
+    let get = |var: &str| flag_for(args, var).map(|(_, v)| v).or_else(|| env(var));
     // A budget below our floor gets our message (with the floor), even when
     // the core would also refuse it for holding fewer than 16 pages.
     precheck_budget(args, env)?;
@@ -775,8 +776,44 @@ mod tests {
             mmap_threshold: get("mmap-threshold"),
             stats: false,
             no_inherit: false,
+            organization: OrganizationArgs {
+                preset: get("preset"),
+                associativity: get("associativity"),
+                prefetch: get("prefetch"),
+                write_policy: get("write-policy"),
+                inclusion: get("inclusion"),
+            },
             command: vec!["true".into()],
         }
+    }
+
+    #[test]
+    fn organization_flags_override_the_preset_and_the_environment() {
+        use tiermem_core::{Inclusion, WritePolicy};
+        let c = config(
+            &[("preset", "memory-mode"), ("associativity", "4")],
+            &[
+                ("TIERMEM_WRITE_POLICY", "write-through"),
+                ("TIERMEM_PREFETCH", "2"),
+            ],
+        )
+        .unwrap();
+        let o = c.organization;
+        assert_eq!(o.associativity, 4, "the flag beats the preset");
+        assert_eq!(o.prefetch, Some(2), "the variable beats the preset");
+        assert_eq!(o.write_policy, WritePolicy::WriteThrough);
+        assert_eq!(o.inclusion, Inclusion::Inclusive);
+        let env = c.to_env();
+        assert!(env.contains(&("TIERMEM_ASSOCIATIVITY", "4".to_string())));
+        let e = config(&[("associativity", "many")], &[]).unwrap_err();
+        assert!(
+            e.message
+                .contains("TIERMEM_ASSOCIATIVITY 'many' (from --associativity)"),
+            "{}",
+            e.message
+        );
+        let e = config(&[("inclusion", "exclusive"), ("write-policy", "wt")], &[]).unwrap_err();
+        assert!(e.message.contains("inclusive"), "{}", e.message);
     }
 
     fn config(flags: &[(&str, &str)], env: &[(&str, &str)]) -> Result<Config, Stop> {

@@ -240,6 +240,64 @@ impl Organization {
     }
 }
 
+/// The organization knobs as command-line flags (`tiermem run`, `tiermem
+/// probe`). A flag overrides its variable; `--preset` is applied first.
+#[cfg(feature = "clap")]
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OrganizationArgs {
+    /// Set a cache organization at once: memory-mode is direct-mapped,
+    /// write-back, inclusive, without prefetch (Intel Optane Memory Mode).
+    /// The flags below override it. [default: TIERMEM_PRESET, else none]
+    #[arg(long, value_name = "memory-mode")]
+    pub preset: Option<String>,
+    /// Ways per set: 0 fully associative (the replacement policy picks any
+    /// page), 1 direct-mapped, N N-way set-associative by page number (a
+    /// miss in a full set evicts that set's oldest page).
+    /// [default: TIERMEM_ASSOCIATIVITY, else 0]
+    #[arg(long, value_name = "N")]
+    pub associativity: Option<String>,
+    /// Pages read after every miss, with it (0: none), instead of the
+    /// adaptive read-ahead. [default: TIERMEM_PREFETCH, else adaptive]
+    #[arg(long, value_name = "PAGES")]
+    pub prefetch: Option<String>,
+    /// write-back (written pages go to the store when evicted) or
+    /// write-through (copied to the store within milliseconds of each
+    /// first write, so evictions never write).
+    /// [default: TIERMEM_WRITE_POLICY, else write-back]
+    #[arg(long, value_name = "write-back|write-through")]
+    pub write_policy: Option<String>,
+    /// inclusive (a page keeps its store copy while in DRAM) or exclusive
+    /// (DRAM and store hold disjoint pages; every eviction writes).
+    /// [default: TIERMEM_INCLUSION, else inclusive]
+    #[arg(long, value_name = "inclusive|exclusive")]
+    pub inclusion: Option<String>,
+}
+
+#[cfg(feature = "clap")]
+impl OrganizationArgs {
+    /// The flag that sets `var`, with its value, if it was given.
+    pub fn flag_for(&self, var: &str) -> Option<(&'static str, String)> {
+        let (flag, value) = match var {
+            ENV_PRESET => ("--preset", &self.preset),
+            ENV_ASSOCIATIVITY => ("--associativity", &self.associativity),
+            ENV_PREFETCH => ("--prefetch", &self.prefetch),
+            ENV_WRITE_POLICY => ("--write-policy", &self.write_policy),
+            ENV_INCLUSION => ("--inclusion", &self.inclusion),
+            _ => return None,
+        };
+        value.clone().map(|v| (flag, v))
+    }
+}
+
+/// Every organization variable, for tools that pass settings on.
+pub const ENV_VARS: [&str; 5] = [
+    ENV_PRESET,
+    ENV_ASSOCIATIVITY,
+    ENV_PREFETCH,
+    ENV_WRITE_POLICY,
+    ENV_INCLUSION,
+];
+
 fn parse_count(setting: &'static str, text: &str, expected: &str) -> Result<u32> {
     text.trim()
         .parse::<u32>()

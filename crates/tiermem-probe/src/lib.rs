@@ -83,6 +83,8 @@ pub struct ProbeArgs {
     /// tiermem replacement policy. [default: TIERMEM_POLICY, else clock]
     #[arg(long, value_name = "clock|fifo|s3fifo")]
     pub policy: Option<String>,
+    #[command(flatten)]
+    pub organization: tiermem_core::organization::OrganizationArgs,
     /// Backing store (tiermem) or swapfile directory (kernel-swap).
     /// [default: TIERMEM_BACKING, else /var/tmp]
     #[arg(long, value_name = "PATH")]
@@ -125,7 +127,7 @@ pub fn resolve_config(args: &ProbeArgs) -> anyhow::Result<Config> {
             ENV_PAGE_SIZE => args.page_size.clone(),
             ENV_POLICY => args.policy.clone(),
             ENV_BACKING => args.backing.clone(),
-            _ => None,
+            _ => args.organization.flag_for(var).map(|(_, v)| v),
         }
     };
     let config = Config::from_lookup(|var| {
@@ -244,31 +246,20 @@ fn run_tiermem(args: &ProbeArgs, mut worker: Command) -> anyhow::Result<Report> 
     }
     worker.env("LD_PRELOAD", preload);
     let mut report = run_worker(worker, None)?;
+    let organization = config.organization.describe();
+    let organization = match config.organization.prefetch {
+        None if !config.io.readahead => {
+            organization.replace("adaptive read-ahead", "read-ahead off")
+        }
+        _ => organization,
+    };
     report.target = format!(
-        "tiermem (budget {}, page {}, policy {}{})",
+        "tiermem (budget {}, page {}, policy {}; {organization})",
         report::size(config.dram_budget),
         report::size(config.page_size as u64),
         config.policy.name(),
-        knobs()
     );
     Ok(report)
-}
-
-/// The organization knobs set in the environment (passed to the worker).
-fn knobs() -> String {
-    let mut s = String::new();
-    for var in [
-        "TIERMEM_ASSOCIATIVITY",
-        "TIERMEM_PREFETCH",
-        "TIERMEM_WRITE_POLICY",
-        "TIERMEM_INCLUSION",
-        "TIERMEM_READAHEAD",
-    ] {
-        if let Ok(v) = std::env::var(var) {
-            s += &format!(", {var}={v}");
-        }
-    }
-    s
 }
 
 fn run_kernel_swap(args: &ProbeArgs, mut worker: Command) -> anyhow::Result<Report> {

@@ -26,6 +26,11 @@ use crate::sys::{time_read, time_write, touch, IrqCounter, RawVec, Region, Rng};
 const GRAIN: usize = 4096;
 /// Fresh-area size for the line and prefetch tests.
 const AREA: usize = 16 << 20;
+/// How long written lines are left alone before they are written again:
+/// long enough for a write-through pager to have copied them out.
+const REWRITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(40);
+/// Sequential walks of the prefetch test.
+const PREFETCH_WALKS: usize = 6;
 /// Largest line the line test distinguishes.
 const MAX_LINE_LOG2: u32 = 21;
 
@@ -512,7 +517,8 @@ impl<'a> Probe<'a> {
         let (mut hits, mut misses) = (0usize, 0usize);
         let mut growing = 0;
         let mut walks = 0;
-        for _ in 0..4 {
+        let mut per_walk: Vec<f64> = Vec::new();
+        for _ in 0..PREFETCH_WALKS {
             let t = self.fresh(walk * line, line.max(GRAIN));
             let mut classes = Vec::with_capacity(walk);
             let mut i = 0;
@@ -553,8 +559,10 @@ impl<'a> Probe<'a> {
                     growing += 1;
                 }
                 runs.extend(walk_runs);
-                misses += classes.iter().filter(|m| **m).count();
-                hits += classes.iter().filter(|m| !**m).count();
+                let walk_misses = classes.iter().filter(|m| **m).count();
+                misses += walk_misses;
+                hits += classes.len() - walk_misses;
+                per_walk.push((classes.len() - walk_misses) as f64 / walk_misses.max(1) as f64);
             }
         }
         if runs.is_empty() {
@@ -564,11 +572,13 @@ impl<'a> Probe<'a> {
                 evidence: "no walk started with a miss".into(),
             };
         }
-        // Lines fetched per miss beyond the missing one: hits per miss over
-        // the walks. A fixed degree P gives exactly P; an adaptive,
-        // asynchronous read-ahead (windows that grow, misses on lines still
-        // in flight) gives its average, and runs that disagree with it.
-        let p = (hits as f64 / misses.max(1) as f64).round() as usize;
+        // Lines fetched per miss beyond the missing one: hits per miss, the
+        // median over the walks. A fixed degree P gives exactly P; a walk
+        // that overtook a prefetch still in flight (a late line counts as a
+        // miss and splits a run) is outvoted by the others. An adaptive,
+        // asynchronous read-ahead (windows that grow) gives its average,
+        // and runs that disagree with it.
+        let p = median(&per_walk).round() as usize;
         let agree = runs.iter().filter(|&&r| r == p).count();
         let mut evidence = format!(
             "{} sequential walks: {hits} hits, {misses} misses; hits after each miss {:?}",
@@ -590,8 +600,10 @@ impl<'a> Probe<'a> {
     /// reading `w + 1` of them would evict the first. The smallest `w`
     /// for which that happens is the associativity; if none does (up to a
     /// quarter of the cache), the cache is fully associative. Because the
-    /// measured size is only approximately the sets' span, spacings within
-    /// ±3% of `c / w` are tried.
+    /// measured size is only approximately the sets' span (a direct-mapped
+    /// cache passes the size test up to ~5% beyond its size: only pairs
+    /// of lines conflict), spacings within ±11% of `c / w` are tried,
+    /// nearest first.
     fn associativity(&mut self, c: usize, l: usize) -> Estimate {
         let n = (c / l).max(1);
         let mut w = 1usize;
@@ -599,7 +611,7 @@ impl<'a> Probe<'a> {
         let mut false_alarms = 0;
         while n / w >= 16 && w < n / 4 {
             let center = n / w;
-            let reach = (center * 3 / 100).max(2);
+            let reach = (center * 11 / 100).max(2);
             let mut candidates: Vec<usize> = vec![center];
             for d in 1..=reach {
                 candidates.push(center + d);
@@ -608,14 +620,27 @@ impl<'a> Probe<'a> {
             let mut conflicts = 0;
             let mut screened = 0;
             for (k, &d) in candidates.iter().enumerate() {
-                let Some(c1) = self.conflict(w, d, l) else {
+                // A sample is unusable when its first read hit or a timer
+                // interrupt came: try again rather than skip the spacing,
+                // which may be the one that conflicts.
+                // Two usable samples screen a spacing: one may miss a
+                // conflict that is there (a slow hit, a fast miss).
+                let screen: Vec<bool> = (0..6)
+                    .filter_map(|_| self.conflict(w, d, l))
+                    .take(2)
+                    .collect();
+                if screen.is_empty() {
                     continue;
-                };
+                }
+                let c1 = screen.contains(&true);
                 screened += 1;
                 if c1 {
                     conflicts += 1;
                     // Confirm: three more, at least two must conflict.
-                    let votes: Vec<bool> = (0..3).filter_map(|_| self.conflict(w, d, l)).collect();
+                    let votes: Vec<bool> = (0..9)
+                        .filter_map(|_| self.conflict(w, d, l))
+                        .take(3)
+                        .collect();
                     let yes = votes.iter().filter(|v| **v).count();
                     if yes >= 2 {
                         self.ev.assoc_points.push((w as f64, 1.0));
@@ -624,8 +649,8 @@ impl<'a> Probe<'a> {
                             confidence: vote_confidence(1 + yes, 1 + votes.len())
                                 * (1.0 - false_alarms as f64 / (screened_total + 1) as f64),
                             evidence: format!(
-                                "reading {} lines {} apart evicts the first ({}/{} trials); fewer ways never did",
-                                w + 1,
+                                "{} misses on lines {} apart after the first evict it ({}/{} trials); fewer ways never did",
+                                w,
                                 crate::report::size((d * l) as u64),
                                 1 + yes,
                                 1 + votes.len()
@@ -669,35 +694,51 @@ impl<'a> Probe<'a> {
         }
     }
 
-    /// Reads `w + 1` fresh lines `d` lines apart; Some(true) if the first
-    /// one was evicted, None if the sample is unusable.
+    /// Reads line `b` (it must miss), then lines `d` lines further on,
+    /// one after another, until `w` of them have missed: each miss took a
+    /// way of `b`'s set if `d` spans the sets. A line that was cached
+    /// already took none, which is why misses are counted rather than
+    /// lines. Then reads `b` again: Some(true) if it was evicted, None if
+    /// the sample is unusable.
     fn conflict(&mut self, w: usize, d: usize, l: usize) -> Option<bool> {
-        let span = w * d * l;
-        if span + l >= self.r.len {
-            return None;
-        }
+        // Room for twice the lines a `w`-way set needs, if the region has it.
+        let span = [2 * w * d * l, w * d * l]
+            .into_iter()
+            .find(|span| span + l < self.r.len)?;
         let b = self.random_line(l, span);
         let g = self.guard();
         let t0 = self.read(b);
         if !self.clean(g) || !self.miss(t0) {
             return None;
         }
-        for j in 1..=w {
-            self.touch(b + j * d * l);
+        let mut missed = 0;
+        for j in 1..=4 * w {
+            let off = b + j * d * l;
+            if off + l > self.r.len {
+                return None;
+            }
+            // A timer interrupt costs microseconds, a miss tens of them:
+            // the class is clear without the interrupt check.
+            let t = self.read(off);
+            missed += self.miss(t) as usize;
+            if missed == w {
+                let g = self.guard();
+                let t = self.read(b);
+                return self.clean(g).then_some(self.miss(t));
+            }
         }
-        let g = self.guard();
-        let t = self.read(b);
-        if !self.clean(g) {
-            return None;
-        }
-        Some(self.miss(t))
+        None
     }
 
     /// Write hits against read hits (a write-through cache pays the backing
-    /// store on every write), and misses that evict dirty lines against
-    /// misses that evict clean ones (a write-back cache pays at eviction).
+    /// store on every write), written lines re-written after a pause (a
+    /// cache that sees writes a page at a time writes through by copying
+    /// the line out behind the writer and watching it again: the re-write
+    /// traps), and misses that evict dirty lines against misses that evict
+    /// clean ones (a write-back cache pays at eviction).
     fn write_policy(&mut self, c: usize, l: usize) -> (WritePolicy, f64, String) {
         let (mut w_hits, mut r_hits, mut first_writes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut written = Vec::new();
         let mut tries = 0;
         while w_hits.len() < 32 && tries < 200 {
             tries += 1;
@@ -721,7 +762,9 @@ impl<'a> Probe<'a> {
             w_hits.push(self.ns(w2));
             w_hits.push(self.ns(w3));
             r_hits.push(self.ns(r1));
+            written.push(b);
         }
+        let rewrites = self.rewrites_after_pause(&written);
         // Figure 4.5: writes every line over twice the cache, then misses
         // with a cache full of dirty lines, then with one full of clean ones.
         let span = (2 * c).min(self.r.len / 2).next_multiple_of(l);
@@ -765,13 +808,20 @@ impl<'a> Probe<'a> {
         let r = median(&without_outliers(&r_hits));
         let thr_ns = self.ns(self.thr);
         let slow_writes = w_hits.iter().filter(|&&t| t >= thr_ns).count();
+        // A trap costs microseconds; a write to a writable cached line, even
+        // one missing the CPU caches, well under one.
+        let trap_ns = (20.0 * r).max(5_000.0);
+        let trapped = rewrites.iter().filter(|&&t| t >= trap_ns).count();
         let ratio = dirty_miss / clean_miss;
-        let (policy, agree) = if 2 * slow_writes > w_hits.len() {
-            (WritePolicy::WriteThrough, slow_writes)
+        let (policy, agree, total) = if 2 * slow_writes > w_hits.len() {
+            (WritePolicy::WriteThrough, slow_writes, w_hits.len())
+        } else if 2 * trapped > rewrites.len() {
+            (WritePolicy::WriteThrough, trapped, rewrites.len())
         } else {
-            (WritePolicy::WriteBack, w_hits.len() - slow_writes)
+            let fast = w_hits.len() - slow_writes + rewrites.len() - trapped;
+            (WritePolicy::WriteBack, fast, w_hits.len() + rewrites.len())
         };
-        let mut conf = vote_confidence(agree, w_hits.len());
+        let mut conf = vote_confidence(agree, total);
         // The eviction side: write-back makes dirty evictions dearer.
         let eviction_agrees = match policy {
             WritePolicy::WriteBack => ratio > 1.1,
@@ -781,15 +831,34 @@ impl<'a> Probe<'a> {
             conf *= 0.8;
         }
         let evidence = format!(
-            "write to a cached line {} vs read {} (first write {}); misses evicting dirty lines {} vs clean {} ({:.2}x)",
+            "write to a cached line {} vs read {} (first write {}); re-written after {} ms: {} ({}/{} trapped); misses evicting dirty lines {} vs clean {} ({:.2}x)",
             crate::report::ns(w),
             crate::report::ns(r),
             crate::report::ns(median(&first_writes)),
+            REWRITE_PAUSE.as_millis(),
+            crate::report::ns(median(&rewrites)),
+            trapped,
+            rewrites.len(),
             crate::report::ns(dirty_miss),
             crate::report::ns(clean_miss),
             ratio
         );
         (policy, conf, evidence)
+    }
+
+    /// Waits, then times one more write to each line of `written`
+    /// (nanoseconds, undisturbed samples only).
+    fn rewrites_after_pause(&mut self, written: &[usize]) -> Vec<f64> {
+        std::thread::sleep(REWRITE_PAUSE);
+        let mut out = Vec::with_capacity(written.len());
+        for &b in written {
+            let g = self.guard();
+            let t = time_write(self.r.at(b), stamp(b));
+            if self.clean(g) {
+                out.push(self.ns(t));
+            }
+        }
+        out
     }
 
     /// Median latency (ns) of reads of 128 fresh lines in random order,

@@ -1,11 +1,11 @@
 //! The probe against tiermem configurations whose organization is known
 //! (issue #5's recovery criterion): cache size within ±10% of the budget,
-//! line size = page size exactly, no prefetch, fully associative (tiermem
-//! today), write-back.
-//!
-//! Tiermem's adaptive read-ahead (`TIERMEM_READAHEAD`, on by default) is a
-//! prefetcher whose degree grows with the stream; the configurations with a
-//! known prefetch of 0 turn it off, and one test checks that it is seen.
+//! line size = page size exactly, associativity, prefetch degree and write
+//! policy exactly. Five organizations are covered: fully associative with
+//! 4 KiB pages and no prefetch (write-back), 4-way with 16 KiB pages,
+//! direct-mapped with 64 KiB pages (the memory-mode preset), write-through,
+//! and a prefetch degree of 4; plus two more page sizes, and tiermem's
+//! adaptive read-ahead, which must be seen as prefetching.
 //!
 //! Needs userfaultfd and `target/<profile>/libtiermem.so` (built with the
 //! workspace). The probes run one at a time: they time accesses, and two at
@@ -17,9 +17,28 @@ use std::time::Instant;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// A configuration, as flags, and what the probe must find.
 struct Known {
     dram: u64,
     page: u64,
+    flags: &'static [&'static str],
+    associativity: u64,
+    prefetch: u64,
+    write_policy: &'static str,
+}
+
+impl Known {
+    /// Fully associative, write-back, no prefetch: tiermem with read-ahead off.
+    fn plain(dram: u64, page: u64) -> Known {
+        Known {
+            dram,
+            page,
+            flags: &["--prefetch", "0"],
+            associativity: 0,
+            prefetch: 0,
+            write_policy: "write-back",
+        }
+    }
 }
 
 /// Runs the probe; returns its JSON output (checked for exactly the five keys).
@@ -35,8 +54,14 @@ fn run_probe(k: &Known, readahead: &str) -> serde_json::Value {
         .arg(k.page.to_string())
         .arg("--backing")
         .arg(std::env::temp_dir())
+        .args(k.flags)
         .env("TIERMEM_READAHEAD", readahead)
         .env_remove("TIERMEM_POLICY")
+        .env_remove("TIERMEM_PRESET")
+        .env_remove("TIERMEM_ASSOCIATIVITY")
+        .env_remove("TIERMEM_PREFETCH")
+        .env_remove("TIERMEM_WRITE_POLICY")
+        .env_remove("TIERMEM_INCLUSION")
         .output()
         .expect("running tiermem-probe");
     let secs = started.elapsed().as_secs_f64();
@@ -62,8 +87,8 @@ fn run_probe(k: &Known, readahead: &str) -> serde_json::Value {
         "exactly the five keys"
     );
     println!(
-        "budget {} page {} read-ahead {readahead}: {v} ({secs:.1} s)",
-        k.dram, k.page
+        "budget {} page {} {:?} read-ahead {readahead}: {v} ({secs:.1} s)",
+        k.dram, k.page, k.flags
     );
     assert!(secs < 60.0, "the probe took {secs:.1} s");
     v
@@ -82,37 +107,67 @@ fn recovers(k: Known) {
         Some(k.page),
         "line size: {v}"
     );
-    assert_eq!(v["prefetch_lines"].as_u64(), Some(0), "prefetch: {v}");
-    assert_eq!(v["associativity"].as_u64(), Some(0), "associativity: {v}");
+    assert_eq!(
+        v["prefetch_lines"].as_u64(),
+        Some(k.prefetch),
+        "prefetch: {v}"
+    );
+    assert_eq!(
+        v["associativity"].as_u64(),
+        Some(k.associativity),
+        "associativity: {v}"
+    );
     assert_eq!(
         v["write_policy"].as_str(),
-        Some("write-back"),
+        Some(k.write_policy),
         "write policy: {v}"
     );
 }
 
 #[test]
 fn fully_associative_4k_pages_no_prefetch_write_back() {
+    recovers(Known::plain(8 << 20, 4 << 10));
+}
+
+#[test]
+fn four_way_16k_pages() {
     recovers(Known {
-        dram: 8 << 20,
-        page: 4 << 10,
+        flags: &["--associativity", "4", "--prefetch", "0"],
+        associativity: 4,
+        ..Known::plain(16 << 20, 16 << 10)
+    });
+}
+
+#[test]
+fn direct_mapped_64k_pages_memory_mode_preset() {
+    recovers(Known {
+        flags: &["--preset", "memory-mode"],
+        associativity: 1,
+        ..Known::plain(16 << 20, 64 << 10)
+    });
+}
+
+#[test]
+fn write_through() {
+    recovers(Known {
+        flags: &["--write-policy", "write-through", "--prefetch", "0"],
+        write_policy: "write-through",
+        ..Known::plain(8 << 20, 4 << 10)
+    });
+}
+
+#[test]
+fn prefetch_of_four() {
+    recovers(Known {
+        flags: &["--prefetch", "4"],
+        prefetch: 4,
+        ..Known::plain(8 << 20, 4 << 10)
     });
 }
 
 #[test]
 fn sixteen_kib_pages() {
-    recovers(Known {
-        dram: 16 << 20,
-        page: 16 << 10,
-    });
-}
-
-#[test]
-fn sixty_four_kib_pages() {
-    recovers(Known {
-        dram: 16 << 20,
-        page: 64 << 10,
-    });
+    recovers(Known::plain(16 << 20, 16 << 10));
 }
 
 /// The prefetch test is not blind: tiermem's adaptive read-ahead is seen as
@@ -120,8 +175,8 @@ fn sixty_four_kib_pages() {
 #[test]
 fn read_ahead_is_seen_as_prefetch() {
     let k = Known {
-        dram: 8 << 20,
-        page: 4 << 10,
+        flags: &[],
+        ..Known::plain(8 << 20, 4 << 10)
     };
     let v = run_probe(&k, "on");
     assert!(

@@ -69,6 +69,10 @@ pub(crate) struct PageRead {
     pub write: bool,
     /// Read ahead of demand: install without waking anyone.
     pub prefetch: bool,
+    /// Part of a fixed-degree prefetch group spread over several requests:
+    /// the demand page whose waiter is woken once the whole group is in,
+    /// so the lines fetched with a miss arrive together, as in a cache.
+    pub group: Option<PageNo>,
     pub started_ns: u64,
 }
 
@@ -191,6 +195,7 @@ fn claimed_read(
         slot,
         write,
         prefetch: false,
+        group: None,
         started_ns: started,
     }
 }
@@ -288,7 +293,8 @@ pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
     // is the only copy, so it is dirty and needs no write protection.
     let exclusive = rt.config.organization.inclusion == Inclusion::Exclusive;
     let owns_copy = read.write || exclusive;
-    install_with(rt, read.page, buf, !owns_copy, !read.prefetch);
+    let wake = !read.prefetch && read.group.is_none();
+    install_with(rt, read.page, buf, !owns_copy, wake);
     let new = if owns_copy {
         rt.slots().free(read.slot);
         PageState::FREE.with_dirty(true)

@@ -68,6 +68,8 @@ pub(crate) struct RingHandler<'a> {
     waiting: VecDeque<Vec<PageRead>>,
     /// Faults on busy pages, to retry.
     deferred: Vec<(PageNo, Fault)>,
+    /// Prefetch groups in flight: demand page, requests still out.
+    groups: Vec<(PageNo, usize)>,
     readahead: Option<Readahead>,
     raw: Vec<linux_raw_sys::general::uffd_msg>,
     faults: Vec<Fault>,
@@ -112,6 +114,7 @@ impl<'a> RingHandler<'a> {
             depth,
             waiting: VecDeque::new(),
             deferred: Vec::new(),
+            groups: Vec::new(),
             readahead: (rt.config.io.readahead && rt.config.organization.prefetch.is_none())
                 .then(Readahead::new),
             raw: message_buffer(FAULT_BATCH),
@@ -280,6 +283,9 @@ impl<'a> RingHandler<'a> {
         for used in &mut self.buffer_used[first..first + io.reads.len()] {
             *used = false;
         }
+        if let Some(group) = io.reads[0].group {
+            self.group_request_done(group);
+        }
     }
 
     fn read_faults(&mut self) {
@@ -363,6 +369,7 @@ impl<'a> RingHandler<'a> {
     fn read_run(&mut self, mut run: Vec<PageRead>, window: Window) {
         let pages = (self.rt.arena.len() / self.rt.page_size) as i64;
         let max_run = (MAX_RUN_BYTES / self.rt.page_size).clamp(1, self.buffer_used.len() / 2);
+        let mut runs = Vec::new();
         for k in 0..window.count as i64 {
             let q = window.start + k * window.stride;
             if !(0..pages).contains(&q) {
@@ -375,12 +382,48 @@ impl<'a> RingHandler<'a> {
                 run.len() < max_run && self.rt.store().adjacent(last.slot, read.slot)
             });
             if !joins && !run.is_empty() {
-                self.start(std::mem::take(&mut run));
+                runs.push(std::mem::take(&mut run));
             }
             run.push(read);
         }
         if !run.is_empty() {
+            runs.push(run);
+        }
+        self.group_with_demand(&mut runs);
+        for run in runs {
             self.start(run);
+        }
+    }
+
+    /// A demand read with a fixed prefetch degree whose pages need more
+    /// than one request: its waiter is woken when all of them are in.
+    fn group_with_demand(&mut self, runs: &mut [Vec<PageRead>]) {
+        let fixed = self.rt.config.organization.prefetch.is_some();
+        let Some(demand) = runs.first().and_then(|r| r.first()).filter(|r| !r.prefetch) else {
+            return;
+        };
+        if !fixed || runs.len() < 2 {
+            return;
+        }
+        let group = demand.page;
+        for read in runs.iter_mut().flatten() {
+            read.group = Some(group);
+        }
+        self.groups.push((group, runs.len()));
+    }
+
+    /// One request of a prefetch group is in: wake the group's waiter once
+    /// the last one is.
+    fn group_request_done(&mut self, group: PageNo) {
+        let Some(i) = self.groups.iter().position(|&(g, _)| g == group) else {
+            return;
+        };
+        self.groups[i].1 -= 1;
+        if self.groups[i].1 == 0 {
+            self.groups.swap_remove(i);
+            self.rt
+                .uffd
+                .wake(self.rt.page_addr(group), self.rt.page_size);
         }
     }
 
