@@ -288,9 +288,20 @@ fn compile_c(name: &str, dir: &Path) -> Option<PathBuf> {
 /// under tiermem is then tiermem's), then under `tiermem run --dram DRAM`.
 /// `args` gets the run's own scratch directory.
 fn c_program(name: &str, dram: &str, args: &dyn Fn(&Path) -> Vec<String>) {
+    c_program_with(name, dram, &[], args);
+}
+
+/// As [`c_program`], with more `tiermem run` flags; returns the stats
+/// printed at exit.
+fn c_program_with(
+    name: &str,
+    dram: &str,
+    flags: &[&str],
+    args: &dyn Fn(&Path) -> Vec<String>,
+) -> String {
     let tmp = scratch(name);
     let Some(exe) = compile_c(name, tmp.path()) else {
-        return;
+        return String::new();
     };
     let native_dir = tmp.path().join("native");
     let tiered_dir = tmp.path().join("tiered");
@@ -302,9 +313,18 @@ fn c_program(name: &str, dram: &str, args: &dyn Fn(&Path) -> Vec<String>) {
     let native = run(cmd, &format!("{name} without tiermem"));
     native.assert_ok();
 
-    let mut cmd = tiermem_run(dram, &tiered_dir, &exe);
-    cmd.args(args(&tiered_dir));
-    let tiered = run(cmd, &format!("{name} under tiermem run --dram {dram}"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tiermem"));
+    cmd.args(["run", "--dram", dram, "--backing"])
+        .arg(&tiered_dir)
+        .args(flags)
+        .args(["--stats", "--"])
+        .arg(&exe)
+        .env("TIERMEM_LIB", libtiermem())
+        .args(args(&tiered_dir));
+    let tiered = run(
+        cmd,
+        &format!("{name} under tiermem run --dram {dram} {}", flags.join(" ")),
+    );
     tiered.assert_ok();
     let outs = assert_paged(&tiered.what, &tiered.stderr);
     println!(
@@ -313,6 +333,7 @@ fn c_program(name: &str, dram: &str, args: &dyn Fn(&Path) -> Vec<String>) {
         native.secs,
         tiered.secs
     );
+    tiered.stderr
 }
 
 /// fread, fscanf (through a fresh stdio buffer), read, pread and readv into
@@ -331,6 +352,46 @@ fn c_stdio_reads_into_untouched_tiered_buffers() {
 #[test]
 fn c_threads_stress_the_malloc_family() {
     c_program("preload_threads", "8M", &|_| vec!["3000".into()]);
+}
+
+/// The same stress under the memory-mode preset (direct-mapped, write-back,
+/// no prefetch) and under a 4-way write-through cache with a prefetch of 2:
+/// the program's checks pass and the stats show the organization at work.
+#[test]
+fn c_threads_under_other_cache_organizations() {
+    let stats = c_program_with(
+        "preload_threads",
+        "8M",
+        &["--preset", "memory-mode"],
+        &|_| vec!["3000".into()],
+    );
+    if !stats.is_empty() {
+        assert!(
+            stats.contains("direct-mapped, no prefetch, write-back"),
+            "{stats}"
+        );
+        assert!(!stats.contains("conflict evictions 0,"), "{stats}");
+    }
+    let stats = c_program_with(
+        "preload_threads",
+        "8M",
+        &[
+            "--associativity",
+            "4",
+            "--write-policy",
+            "write-through",
+            "--prefetch",
+            "2",
+        ],
+        &|_| vec!["3000".into()],
+    );
+    if !stats.is_empty() {
+        assert!(
+            stats.contains("4-way, prefetch 2, write-through"),
+            "{stats}"
+        );
+        assert!(!stats.contains("write-throughs 0\n"), "{stats}");
+    }
 }
 
 /// fork without exec over mostly evicted data: children and a grandchild see

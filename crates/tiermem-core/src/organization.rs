@@ -146,22 +146,27 @@ pub struct Organization {
 }
 
 impl Organization {
-    /// Sets (and ways) for a budget of `budget_pages`, if set-associative.
-    pub fn sets(&self, budget_pages: u64) -> Option<(u64, u32)> {
+    /// Sets, ways and victim-buffer pages for a budget of `budget_pages`,
+    /// if set-associative. The victim buffer (1/64 of the budget, at least
+    /// 2 pages) is what lets one instruction touch two pages of one set
+    /// (see `sets`); the sets get the rest.
+    pub fn sets(&self, budget_pages: u64) -> Option<(u64, u32, u64)> {
         (self.associativity > 0).then(|| {
-            let ways = self.associativity;
-            ((budget_pages / ways as u64).max(1), ways)
+            let ways = self.associativity as u64;
+            let victims = (budget_pages / 64).max(2).min(budget_pages / 2);
+            let sets = ((budget_pages - victims) / ways).max(1);
+            (sets, ways as u32, victims)
         })
     }
 
     /// Checks that the knobs fit each other and a budget of `budget_pages`.
     pub fn validate(&self, budget_pages: u64) -> Result<()> {
-        if self.associativity as u64 > budget_pages {
+        if self.associativity as u64 > budget_pages / 2 {
             return Err(invalid(
                 ENV_ASSOCIATIVITY,
                 &self.associativity.to_string(),
                 &format!(
-                    "at most the budget's {budget_pages} pages (0 fully associative, 1 direct-mapped, N for N ways)"
+                    "at most half the budget's {budget_pages} pages (0 fully associative, 1 direct-mapped, N for N ways)"
                 ),
             ));
         }
@@ -348,7 +353,7 @@ mod tests {
         assert_eq!(o.associativity, 4);
         assert_eq!(o.prefetch, Some(2));
         assert_eq!(o.write_policy, WritePolicy::WriteThrough);
-        assert_eq!(o.sets(1024), Some((256, 4)));
+        assert_eq!(o.sets(1024), Some((252, 4, 16)));
         let mut env = Vec::new();
         o.to_env(&mut env);
         let back = Organization::from_lookup(&|k: &str| {
@@ -394,7 +399,8 @@ mod tests {
     fn knobs_are_checked_against_the_budget_and_each_other() {
         let o = org(&[(ENV_ASSOCIATIVITY, "64")]).unwrap();
         assert!(o.validate(16).unwrap_err().to_string().contains("16 pages"));
-        assert!(o.validate(64).is_ok());
+        assert!(o.validate(64).unwrap_err().to_string().contains("64 pages"));
+        assert!(o.validate(128).is_ok());
         let o = org(&[(ENV_PREFETCH, "257")]).unwrap();
         assert!(o.validate(1 << 20).is_err());
         let o = org(&[

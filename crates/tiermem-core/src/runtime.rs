@@ -308,7 +308,7 @@ impl Runtime {
             sets: config
                 .organization
                 .sets(budget_pages)
-                .map(|(sets, ways)| SetMap::new(sets, ways)),
+                .map(|(sets, ways, victims)| SetMap::new(sets, ways, victims)),
             written: (config.organization.write_policy == WritePolicy::WriteThrough)
                 .then(SegQueue::new),
             frames,

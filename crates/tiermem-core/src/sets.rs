@@ -11,12 +11,30 @@
 //! `Stored` to `Loading` only here, under its set's lock, so a stale entry
 //! cannot come back to life behind the lock's back. The lock is per set and
 //! held for a few loads and stores, never across I/O.
+//!
+//! **Victim buffer.** A hardware cache serves one instruction a line at a
+//! time; a pager serves it a page at a time, and an instruction that needs
+//! two pages of one set at once (`rep movsb` from one buffer to another a
+//! multiple of the sets' span away) would never complete in a direct-mapped
+//! cache: each page's fault evicts the other. So when a miss would evict
+//! the very page that evicted it moments ago, the page goes to a small
+//! fully associative victim buffer instead (as in Jouppi's victim caches),
+//! which evicts its own oldest page when full. Ordinary conflict misses,
+//! which a program survives, are left alone.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::page_table::{Kind, PageNo, PageState, PageTable};
+use crate::sys::now_ns;
 
 const LOCKED: u32 = 1 << 31;
+/// A miss this soon after the conflict that evicted it, on the page that
+/// evicted it, is one instruction needing both pages, not a program's
+/// access pattern: a retried instruction faults again within a fault's
+/// round trip.
+const PING_PONG_NS: u64 = 1_000_000;
 
 pub(crate) struct SetMap {
     sets: u64,
@@ -25,6 +43,14 @@ pub(crate) struct SetMap {
     entries: Box<[AtomicU32]>,
     /// Per set: the lock bit and the next way to replace.
     heads: Box<[AtomicU32]>,
+    /// Per set: the last conflict, `(evicted + 1) << 32 | (evictor + 1)`,
+    /// and when it happened.
+    last_conflict: Box<[AtomicU64]>,
+    last_conflict_ns: Box<[AtomicU64]>,
+    /// Pages resident outside the sets, oldest first. Its lock is taken
+    /// only when a ping-pong is caught, never on an ordinary miss.
+    victims: Mutex<VecDeque<PageNo>>,
+    victim_capacity: usize,
 }
 
 /// The outcome of placing a page that missed.
@@ -39,19 +65,24 @@ pub(crate) enum Placement {
 }
 
 impl SetMap {
-    pub fn new(sets: u64, ways: u32) -> SetMap {
+    pub fn new(sets: u64, ways: u32, victims: u64) -> SetMap {
         let atomics = |n: u64| (0..n).map(|_| AtomicU32::new(0)).collect();
+        let atomics64 = |n: u64| (0..n).map(|_| AtomicU64::new(0)).collect();
         SetMap {
             sets,
             ways,
             entries: atomics(sets * ways as u64),
             heads: atomics(sets),
+            last_conflict: atomics64(sets),
+            last_conflict_ns: atomics64(sets),
+            victims: Mutex::new(VecDeque::with_capacity(victims as usize)),
+            victim_capacity: victims as usize,
         }
     }
 
-    /// Pages the sets can hold at once.
+    /// Pages the sets and the victim buffer can hold at once.
     pub fn capacity(&self) -> u64 {
-        self.sets * self.ways as u64
+        self.sets * self.ways as u64 + self.victim_capacity as u64
     }
 
     /// Claims `page` (seen in `state`, `Zero` or `Stored`) for loading and
@@ -71,6 +102,9 @@ impl SetMap {
         let head = &self.heads[set as usize];
         let way = (head.load(Ordering::Relaxed) & !LOCKED) as usize;
         let victim = ways[way].load(Ordering::Relaxed) - 1;
+        if self.is_ping_pong(set, page, victim) {
+            return self.place_in_victim_buffer(table, page, state);
+        }
         let Some(victim_state) = own_victim(table, victim) else {
             return Placement::Busy;
         };
@@ -81,8 +115,58 @@ impl SetMap {
         ways[way].store(page + 1, Ordering::Relaxed);
         let next = (way as u32 + 1) % self.ways;
         head.store(next | LOCKED, Ordering::Relaxed);
+        self.last_conflict[set as usize].store(pair(victim, page), Ordering::Relaxed);
+        self.last_conflict_ns[set as usize].store(now_ns(), Ordering::Relaxed);
         Placement::Placed(Some((victim, victim_state)))
     }
+
+    /// Whether `page` would evict the page that evicted it moments ago.
+    fn is_ping_pong(&self, set: u64, page: PageNo, victim: PageNo) -> bool {
+        let set = set as usize;
+        self.last_conflict[set].load(Ordering::Relaxed) == pair(page, victim)
+            && now_ns().saturating_sub(self.last_conflict_ns[set].load(Ordering::Relaxed))
+                < PING_PONG_NS
+    }
+
+    /// Claims `page` into the victim buffer, making room by evicting the
+    /// buffer's oldest page (which the caller then owns) if it is full.
+    fn place_in_victim_buffer(
+        &self,
+        table: &PageTable,
+        page: PageNo,
+        state: PageState,
+    ) -> Placement {
+        let mut victims = self.victims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut evict = None;
+        while victims.len() >= self.victim_capacity {
+            let Some(&oldest) = victims.front() else {
+                break;
+            };
+            if !holds_dram(table.load(oldest)) {
+                victims.pop_front(); // left DRAM some other way
+                continue;
+            }
+            let Some(oldest_state) = own_victim(table, oldest) else {
+                return Placement::Busy;
+            };
+            victims.pop_front();
+            evict = Some((oldest, oldest_state));
+            break;
+        }
+        if !table.transition(page, state, state.with_kind(Kind::Loading)) {
+            if let Some((oldest, oldest_state)) = evict {
+                table.finish(oldest, oldest_state);
+                victims.push_front(oldest);
+            }
+            return Placement::Changed;
+        }
+        victims.push_back(page);
+        Placement::Placed(evict)
+    }
+}
+
+fn pair(evicted: PageNo, evictor: PageNo) -> u64 {
+    (evicted as u64 + 1) << 32 | (evictor as u64 + 1)
 }
 
 /// The way `page` already has (a stale entry of its own), else an empty or
@@ -178,7 +262,7 @@ mod tests {
     #[test]
     fn a_direct_mapped_cache_evicts_the_page_with_the_same_index() {
         let table = PageTable::new(1024).unwrap();
-        let sets = SetMap::new(16, 1);
+        let sets = SetMap::new(16, 1, 2);
         assert_eq!(load(&sets, &table, 3), None);
         assert_eq!(load(&sets, &table, 4), None, "another set");
         assert_eq!(load(&sets, &table, 19), Some(3), "3 and 19 share set 3");
@@ -188,7 +272,7 @@ mod tests {
     #[test]
     fn a_set_evicts_its_oldest_page_first() {
         let table = PageTable::new(1024).unwrap();
-        let sets = SetMap::new(8, 4);
+        let sets = SetMap::new(8, 4, 2);
         for p in [1, 9, 17, 25] {
             assert_eq!(load(&sets, &table, p), None, "set 1 has room for {p}");
         }
@@ -198,9 +282,29 @@ mod tests {
     }
 
     #[test]
+    fn a_page_that_would_evict_its_own_evictor_goes_to_the_victim_buffer() {
+        let table = PageTable::new(1024).unwrap();
+        let sets = SetMap::new(16, 1, 2);
+        load(&sets, &table, 3);
+        assert_eq!(load(&sets, &table, 19), Some(3), "an ordinary conflict");
+        // 3 at once again, as a retried instruction would: both stay.
+        assert_eq!(load(&sets, &table, 3), None);
+        assert_eq!(table.load(19).kind(), Kind::Resident);
+        assert_eq!(load(&sets, &table, 35), Some(19), "the set still works");
+        // The buffer keeps its two newest pages.
+        load(&sets, &table, 19);
+        assert_eq!(load(&sets, &table, 51), Some(35));
+        assert_eq!(
+            load(&sets, &table, 35),
+            Some(3),
+            "the buffer's oldest leaves"
+        );
+    }
+
+    #[test]
     fn stale_entries_are_reused_and_busy_victims_wait() {
         let table = PageTable::new(1024).unwrap();
-        let sets = SetMap::new(4, 1);
+        let sets = SetMap::new(4, 1, 2);
         load(&sets, &table, 1);
         // Page 1 is freed behind the set's back: its entry is stale.
         table.finish(1, PageState::FREE);

@@ -312,15 +312,18 @@ fn prefetch_degree_is_exact() {
         let after = rt.stats();
         let issued = after.prefetch_issued - before.prefetch_issued;
         let demand = after.page_ins - before.page_ins - issued;
-        // A prefetched page may rarely be evicted before its read; its miss
-        // then prefetches again: 2% slack, and never fewer.
+        // A prefetched page may rarely be evicted before its read (its miss
+        // then prefetches again), or still wait in probation when its
+        // neighbour misses (no read needed): 2% slack either way.
         let slack = misses / 50;
         assert!(
             (misses..=misses + slack).contains(&demand),
             "{engine:?}: {demand} demand reads for {misses} misses: {after:?}"
         );
+        let want = degree as u64 * misses;
+        let spread = degree as u64 * slack;
         assert!(
-            (degree as u64 * misses..=degree as u64 * (misses + slack)).contains(&issued),
+            (want - spread..=want + spread).contains(&issued),
             "{engine:?}: {issued} prefetched for {misses} misses: {after:?}"
         );
     }
@@ -328,23 +331,25 @@ fn prefetch_degree_is_exact() {
 
 #[test]
 fn set_associativity_bounds_each_set() {
-    // Direct-mapped, 16 MiB of 4 KiB pages: 4096 sets. Pages 4096 apart
-    // share a set, so touching two of them in turn always misses.
-    let rt = runtime(
-        Preset::MemoryMode.organization(),
-        4096,
-        IoSettings::default(),
-    );
+    let org = Preset::MemoryMode.organization();
+    let rt = runtime(org, 4096, IoSettings::default());
     let len = 4 * BUDGET as usize;
     let a = rt.alloc(len).expect("alloc").as_ptr();
     write_all(a, len, 9);
-    let sets = (BUDGET as usize) / UNIT;
+    let (sets, ways, _) = org.sets(BUDGET / UNIT as u64).expect("set-associative");
+    assert_eq!(ways, 1);
+    let span = sets as usize * UNIT;
+    // Pages `sets` apart share a set, so touching two of them in turn always
+    // misses. (The pause keeps the victim buffer out: it only takes a page
+    // that comes back within a millisecond of its eviction.)
     let before = rt.stats();
     for _ in 0..50 {
         read_all(a, UNIT, 9);
+        std::thread::sleep(Duration::from_millis(3));
         // SAFETY: inside the allocation.
-        let v = unsafe { std::ptr::read_volatile(a.add(sets * UNIT) as *const u64) };
-        assert_eq!(v, 9 + (sets * UNIT) as u64);
+        let v = unsafe { std::ptr::read_volatile(a.add(span) as *const u64) };
+        assert_eq!(v, 9 + span as u64);
+        std::thread::sleep(Duration::from_millis(3));
     }
     let after = rt.stats();
     assert!(
@@ -357,4 +362,30 @@ fn set_associativity_bounds_each_set() {
         read_all(a, 64 * UNIT, 9);
     }
     assert!(rt.stats().page_ins - before.page_ins <= 64);
+}
+
+/// One instruction that needs two pages of one set (a `rep movsb` copy
+/// between buffers a multiple of the sets' span apart) completes: the
+/// victim buffer holds the second page instead of thrashing forever.
+#[test]
+fn a_copy_between_pages_of_one_set_completes() {
+    let org = Preset::MemoryMode.organization();
+    let rt = runtime(org, 4096, IoSettings::default());
+    let (sets, _, _) = org.sets(BUDGET / UNIT as u64).expect("set-associative");
+    let span = sets as usize * UNIT;
+    let len = 2 * span + (1 << 20);
+    let a = rt.alloc(len).expect("alloc").as_ptr();
+    for round in 0..20u8 {
+        let (src, dst) = if round % 2 == 0 { (0, span) } else { (span, 0) };
+        // SAFETY: both ranges lie inside the allocation and do not overlap.
+        unsafe {
+            std::ptr::write_bytes(a.add(src), round + 1, 1 << 20);
+            std::ptr::copy_nonoverlapping(a.add(src), a.add(dst), 1 << 20);
+        }
+        for off in (0..1 << 20).step_by(UNIT) {
+            // SAFETY: inside the allocation.
+            let v = unsafe { std::ptr::read_volatile(a.add(dst + off)) };
+            assert_eq!(v, round + 1, "round {round}, offset {off}");
+        }
+    }
 }

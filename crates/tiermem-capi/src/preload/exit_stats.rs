@@ -72,6 +72,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     format!(
         "\n── tiermem: {program} (pid {pid}) ──────────────────────────────\n\
          budget          {budget}, peak resident {peak} ({peak_pct} of budget), page {page} KiB, policy {policy}\n\
+         organization    {organization}; conflict evictions {conflicts}, write-throughs {wts}\n\
          faults          {faults} (missing {missing}, write-protect {wp}, first touch {zero})\n\
          hit ratio       {hit} of faults served from DRAM without a device read\n\
          page-ins        {ins} ({read} read), probation rescues {rescues}, read ahead {prefetch} (used {phits}, wasted {pwaste})\n\
@@ -84,6 +85,9 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         peak_pct = pct(s.peak_resident_bytes, s.budget_bytes),
         page = s.page_size / 1024,
         policy = s.policy,
+        organization = s.organization,
+        conflicts = s.conflict_evictions,
+        wts = s.write_throughs,
         faults = s.faults,
         missing = s.missing_faults,
         wp = s.wp_faults,

@@ -17,6 +17,7 @@ const BUSY_RETRY: std::time::Duration = std::time::Duration::from_micros(20);
 pub(crate) fn run(rt: &Shared) {
     let mut raw = message_buffer(FAULT_BATCH);
     let mut faults = Vec::with_capacity(FAULT_BATCH);
+    let mut group = Vec::new();
     let io_buffer = match Mapping::reserve_aligned(
         rt.page_size,
         rt.page_size,
@@ -51,8 +52,14 @@ pub(crate) fn run(rt: &Shared) {
                 match resolve_fault(rt, page, fault) {
                     Missing::Resolved => break,
                     Missing::Read(read) => {
+                        // The prefetched pages are claimed before the miss is
+                        // served, so a fault on one waits for it rather than
+                        // reading it a second time.
+                        claim_prefetch_group(rt, page, &mut group);
                         read_and_install(rt, &read, &io_buffer);
-                        prefetch_after(rt, page, &io_buffer);
+                        for read in &group {
+                            read_and_install(rt, read, &io_buffer);
+                        }
                         break;
                     }
                     // Nothing of ours is in flight: the owner (which may be
@@ -85,16 +92,16 @@ fn read_and_install(rt: &Shared, read: &PageRead, io_buffer: &Mapping) {
 }
 
 /// A fixed prefetch degree (`TIERMEM_PREFETCH`) reads the pages after a
-/// demand miss too, one at a time here. (The adaptive read-ahead needs the
-/// io_uring loop's asynchronous reads.)
-fn prefetch_after(rt: &Shared, page: PageNo, io_buffer: &Mapping) {
+/// demand miss too, one at a time here (the adaptive read-ahead needs the
+/// io_uring loop's asynchronous reads). Claims them into `group`.
+fn claim_prefetch_group(rt: &Shared, page: PageNo, group: &mut Vec<PageRead>) {
+    group.clear();
     let Some(degree) = rt.config.organization.prefetch else {
         return;
     };
     let pages = (rt.arena.len() / rt.page_size) as u64;
-    for q in (page as u64 + 1..=page as u64 + degree as u64).take_while(|q| *q < pages) {
-        if let Some(read) = claim_for_prefetch(rt, q as PageNo) {
-            read_and_install(rt, &read, io_buffer);
-        }
+    let next = page as u64 + 1;
+    for q in (next..=page as u64 + degree as u64).take_while(|q| *q < pages) {
+        group.extend(claim_for_prefetch(rt, q as PageNo));
     }
 }
