@@ -1,7 +1,7 @@
 //! Compiles `tests/c/api_client.c` against `include/tiermem.h`, links it
 //! with the freshly built libtiermem.so, and runs it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[path = "../../../tests/support/libtiermem.rs"]
@@ -10,14 +10,32 @@ use support::{libtiermem, repo_root};
 
 #[test]
 fn c_client_runs_the_api() {
+    let (exe, lib, out_dir) = compile("api_client");
+    run_client(&exe, &lib, &["/var/tmp"], "api_client: ok");
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
+/// The organization fields of `tm_config`: a preset with an override, and a
+/// malformed value refused with the variable's name.
+#[test]
+fn c_client_sets_the_cache_organization() {
+    let (exe, lib, out_dir) = compile("organization_client");
+    run_client(&exe, &lib, &["good", "/var/tmp"], "organization_client: ok");
+    run_client(&exe, &lib, &["bad", "/var/tmp"], "organization_client: ok");
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
+/// Compiles tests/c/NAME.c against the header and the fresh libtiermem.so.
+/// Returns the executable, the library's directory and the scratch directory.
+fn compile(name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let root = repo_root();
     let lib = libtiermem().parent().expect("a directory").to_path_buf();
-    let out_dir = tempfile_dir();
-    let exe = out_dir.join("api_client");
+    let out_dir = tempfile_dir(name);
+    let exe = out_dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .arg(root.join("tests/c/api_client.c"))
+        .arg(root.join(format!("tests/c/{name}.c")))
         .arg("-I")
         .arg(root.join("include"))
         .arg("-L")
@@ -26,21 +44,27 @@ fn c_client_runs_the_api() {
         .arg(&exe)
         .status()
         .expect("a C compiler (cc) is needed for this test");
-    assert!(status.success(), "compiling the C client failed");
-    let out = Command::new(&exe)
-        .arg("/var/tmp")
-        .env("LD_LIBRARY_PATH", &lib)
+    assert!(status.success(), "compiling {name}.c failed");
+    (exe, lib, out_dir)
+}
+
+fn run_client(exe: &Path, lib: &Path, args: &[&str], ok: &str) {
+    let out = Command::new(exe)
+        .args(args)
+        .env("LD_LIBRARY_PATH", lib)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "C client failed: {stdout}{stderr}");
-    assert!(stdout.contains("api_client: ok"), "{stdout}");
-    let _ = std::fs::remove_dir_all(out_dir);
+    assert!(
+        out.status.success(),
+        "C client {args:?} failed: {stdout}{stderr}"
+    );
+    assert!(stdout.contains(ok), "{stdout}");
 }
 
-fn tempfile_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tiermem-c-client-{}", std::process::id()));
+fn tempfile_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tiermem-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
