@@ -160,7 +160,10 @@ Environment:
   TIERMEM_READAHEAD       on/off: the adaptive read-ahead (when no --prefetch).
   TIERMEM_IO_ENGINE       io_uring (default) or psync.
   TIERMEM_IO_DEPTH        page reads in flight per handler thread (default 32).
-  TIERMEM_IO_POLL         none (default) or sqpoll.
+  TIERMEM_IO_POLL         none (default), sqpoll, iopoll or hybrid (device polling
+                          needs poll queues; otherwise a note and interrupts).
+  TIERMEM_WATERMARK_SCALE_FACTOR
+                          free DRAM the evictor keeps, in 1/10000 of the budget.
   TIERMEM_LIB             path of libtiermem.so. Default: next to the tiermem
                           binary, then ../lib/ and ../lib/tiermem/ from it.
   A flag overrides its variable. The program is started with TIERMEM_PRELOAD=1,

@@ -19,6 +19,9 @@ pub const ENV_BACKING_SIZE: &str = "TIERMEM_BACKING_SIZE";
 pub const ENV_PAGE_SIZE: &str = "TIERMEM_PAGE_SIZE";
 pub const ENV_POLICY: &str = "TIERMEM_POLICY";
 pub const ENV_HANDLER_THREADS: &str = "TIERMEM_HANDLER_THREADS";
+pub const ENV_WATERMARK_SCALE: &str = "TIERMEM_WATERMARK_SCALE_FACTOR";
+/// Largest watermark scale factor: half the budget kept free.
+const MAX_WATERMARK_SCALE: u32 = 5000;
 
 pub const MIN_PAGE_SIZE: usize = 4096;
 pub const MAX_PAGE_SIZE: usize = 2 << 20;
@@ -171,6 +174,10 @@ pub struct Config {
     pub io: IoSettings,
     /// Associativity, prefetch degree, write policy and inclusion.
     pub organization: Organization,
+    /// Free DRAM the evictor keeps, in ten-thousandths of the budget (as
+    /// Linux's `vm.watermark_scale_factor`): it starts below half of it and
+    /// stops at all of it. `None`: 1/32 of the budget, at most 4096 pages.
+    pub watermark_scale_factor: Option<u32>,
 }
 
 impl Default for Config {
@@ -184,6 +191,7 @@ impl Default for Config {
             handler_threads: default_handler_threads(),
             io: IoSettings::default(),
             organization: Organization::default(),
+            watermark_scale_factor: None,
         }
     }
 }
@@ -237,6 +245,21 @@ impl Config {
                 )
             })?);
         }
+        if let Some(v) = lookup(ENV_WATERMARK_SCALE) {
+            b.watermark_scale_factor = Some(
+                v.trim()
+                    .parse()
+                    .ok()
+                    .filter(|f| (1..=MAX_WATERMARK_SCALE).contains(f))
+                    .ok_or_else(|| {
+                        invalid(
+                            ENV_WATERMARK_SCALE,
+                            &v,
+                            "expected ten-thousandths of the budget, from 1 to 5000",
+                        )
+                    })?,
+            );
+        }
         b.io = Some(IoSettings::from_lookup(&lookup)?);
         b.organization = Some(Organization::from_lookup(&lookup)?);
         b.build()
@@ -256,6 +279,9 @@ impl Config {
         }
         self.io.to_env(&mut env);
         self.organization.to_env(&mut env);
+        if let Some(f) = self.watermark_scale_factor {
+            env.push((ENV_WATERMARK_SCALE, f.to_string()));
+        }
         env
     }
 
@@ -275,6 +301,7 @@ pub struct ConfigBuilder {
     handler_threads: Option<usize>,
     io: Option<IoSettings>,
     organization: Option<Organization>,
+    watermark_scale_factor: Option<u32>,
 }
 
 impl ConfigBuilder {
@@ -308,6 +335,11 @@ impl ConfigBuilder {
     }
     pub fn organization(mut self, organization: Organization) -> Self {
         self.organization = Some(organization);
+        self
+    }
+    /// Free DRAM the evictor keeps, in ten-thousandths of the budget.
+    pub fn watermark_scale_factor(mut self, factor: u32) -> Self {
+        self.watermark_scale_factor = Some(factor);
         self
     }
     /// Applies a preset; knobs set after it override it.
@@ -366,6 +398,15 @@ impl ConfigBuilder {
                 "expected a directory, a file or a block device",
             ));
         }
+        if let Some(f) = self.watermark_scale_factor {
+            if !(1..=MAX_WATERMARK_SCALE).contains(&f) {
+                return Err(invalid(
+                    ENV_WATERMARK_SCALE,
+                    &f.to_string(),
+                    "expected ten-thousandths of the budget, from 1 to 5000",
+                ));
+            }
+        }
         if let Some(size) = self.backing_size {
             if size < page_size as u64 {
                 return Err(invalid(
@@ -394,6 +435,7 @@ impl ConfigBuilder {
             handler_threads,
             io: self.io.unwrap_or_default(),
             organization,
+            watermark_scale_factor: self.watermark_scale_factor,
         })
     }
 }
@@ -457,6 +499,7 @@ mod tests {
             (ENV_PAGE_SIZE, "64K"),
             (ENV_POLICY, "fifo"),
             (ENV_HANDLER_THREADS, "3"),
+            (ENV_WATERMARK_SCALE, "150"),
         ]
         .into();
         let c = Config::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
@@ -464,6 +507,7 @@ mod tests {
         assert_eq!(c.page_size, 64 << 10);
         assert_eq!(c.policy, PolicyKind::Fifo);
         assert_eq!(c.handler_threads, 3);
+        assert_eq!(c.watermark_scale_factor, Some(150));
         let back = Config::from_lookup(|k| {
             c.to_env()
                 .into_iter()
@@ -482,6 +526,8 @@ mod tests {
             (ENV_POLICY, "lru-ish", "fifo, clock or s3fifo"),
             (ENV_HANDLER_THREADS, "0", "1 to 64"),
             (ENV_HANDLER_THREADS, "many", "1 to 64"),
+            (ENV_WATERMARK_SCALE, "0", "1 to 5000"),
+            (ENV_WATERMARK_SCALE, "10%", "ten-thousandths"),
             (ENV_DRAM, "4K", "at least 16 pages"),
         ];
         for (name, value, hint) in cases {

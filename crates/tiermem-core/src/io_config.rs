@@ -33,6 +33,23 @@ pub enum PollMode {
     None,
     /// A kernel thread polls the submission queue (IORING_SETUP_SQPOLL).
     Sqpoll,
+    /// Completions polled from the device (IORING_SETUP_IOPOLL). Needs a
+    /// backing device with poll queues; falls back with a note otherwise.
+    Iopoll,
+    /// IOPOLL that sleeps for about half the expected latency before it
+    /// polls (IORING_SETUP_HYBRID_IOPOLL); same requirement.
+    Hybrid,
+}
+
+impl PollMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            PollMode::None => "none",
+            PollMode::Sqpoll => "sqpoll",
+            PollMode::Iopoll => "iopoll",
+            PollMode::Hybrid => "hybrid",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +97,13 @@ impl FromStr for PollMode {
         match s.trim().to_ascii_lowercase().as_str() {
             "none" | "off" | "interrupt" => Ok(PollMode::None),
             "sqpoll" => Ok(PollMode::Sqpoll),
-            _ => Err(invalid(ENV_IO_POLL, s, "expected none or sqpoll")),
+            "iopoll" => Ok(PollMode::Iopoll),
+            "hybrid" | "hybrid-iopoll" => Ok(PollMode::Hybrid),
+            _ => Err(invalid(
+                ENV_IO_POLL,
+                s,
+                "expected none, sqpoll, iopoll or hybrid",
+            )),
         }
     }
 }
@@ -123,13 +146,9 @@ impl IoSettings {
             IoEngine::IoUring => "io_uring",
             IoEngine::Psync => "psync",
         };
-        let poll = match self.poll {
-            PollMode::None => "none",
-            PollMode::Sqpoll => "sqpoll",
-        };
         env.push((ENV_IO_ENGINE, engine.into()));
         env.push((ENV_IO_DEPTH, self.depth.to_string()));
-        env.push((ENV_IO_POLL, poll.into()));
+        env.push((ENV_IO_POLL, self.poll.name().into()));
         env.push((
             ENV_READAHEAD,
             if self.readahead { "on" } else { "off" }.into(),
@@ -147,7 +166,7 @@ mod tests {
             ENV_IO_ENGINE => Some("psync".to_string()),
             ENV_IO_DEPTH => Some("8".to_string()),
             ENV_READAHEAD => Some("off".to_string()),
-            ENV_IO_POLL => Some("sqpoll".to_string()),
+            ENV_IO_POLL => Some("hybrid".to_string()),
             _ => None,
         };
         let io = IoSettings::from_lookup(&env).unwrap();
@@ -156,7 +175,7 @@ mod tests {
             IoSettings {
                 engine: IoEngine::Psync,
                 depth: 8,
-                poll: PollMode::Sqpoll,
+                poll: PollMode::Hybrid,
                 readahead: false
             }
         );

@@ -172,9 +172,8 @@ impl Shared {
 
     /// Free-page watermarks (low, high) for a budget of `limit` pages: the
     /// evictor starts below `low` free pages and stops at `high`.
-    pub fn watermarks(limit: u64) -> (u64, u64) {
-        let high = (limit / 32).clamp(4, 4096).min(limit / 2);
-        (high / 2, high)
+    pub fn watermarks(&self, limit: u64) -> (u64, u64) {
+        watermarks(limit, self.config.watermark_scale_factor)
     }
 
     /// How many pages the evictor should free now.
@@ -184,7 +183,7 @@ impl Shared {
             // The sets evict on conflict and bound DRAM themselves.
             return 0;
         }
-        let (low, high) = Self::watermarks(limit);
+        let (low, high) = self.watermarks(limit);
         let excess = self.budget.excess();
         if excess > 0 {
             return excess + high;
@@ -208,7 +207,7 @@ impl Shared {
     }
 
     pub fn kick_evictor_if_low(&self) {
-        let (low, _) = Self::watermarks(self.budget.limit());
+        let (low, _) = self.watermarks(self.budget.limit());
         if self.budget.headroom() < low {
             self.kick_evictor();
         }
@@ -262,6 +261,18 @@ impl Shared {
         eprintln!("tiermem: fatal: {msg}");
         std::process::abort();
     }
+}
+
+/// Free-page watermarks (low, high) for a budget of `limit` pages and a
+/// scale factor in ten-thousandths of it (`None`: 1/32, at most 4096 pages).
+/// Never below 4 pages (a batch needs room) nor above half the budget.
+fn watermarks(limit: u64, scale_factor: Option<u32>) -> (u64, u64) {
+    let high = match scale_factor {
+        Some(f) => limit * f as u64 / 10_000,
+        None => (limit / 32).min(4096),
+    };
+    let high = high.max(4).min(limit / 2);
+    (high / 2, high)
 }
 
 /// A tiermem instance: allocations from it are cached in a bounded amount of
@@ -689,4 +700,18 @@ fn frame_capacity(page_size: usize, handler_threads: usize) -> u32 {
     let ram = crate::config::physical_ram_bytes();
     let probation = ram / 8 / page_size as u64;
     (probation + 4 * BATCH as u64 + handler_threads as u64).min(u32::MAX as u64) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watermarks;
+
+    #[test]
+    fn watermarks_follow_the_scale_factor_within_bounds() {
+        assert_eq!(watermarks(262_144, None), (2048, 4096), "1/32, capped");
+        assert_eq!(watermarks(4096, None), (64, 128), "1/32");
+        assert_eq!(watermarks(262_144, Some(1000)), (13_107, 26_214), "10%");
+        assert_eq!(watermarks(100, Some(1)), (2, 4), "at least 4 pages");
+        assert_eq!(watermarks(100, Some(5000)), (25, 50), "at most half");
+    }
 }

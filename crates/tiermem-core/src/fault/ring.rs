@@ -84,7 +84,7 @@ impl<'a> RingHandler<'a> {
         let depth = rt.config.io.depth as usize;
         let pages = depth.max((BUFFER_BYTES / rt.page_size).min(2 * MAX_WINDOW as usize));
         let entries = (depth * 2 + 8).next_power_of_two() as u32;
-        let (ring, engine) = build_ring(entries, rt.config.io.poll)?;
+        let (ring, engine) = build_ring(rt, entries)?;
         let buffers = Mapping::reserve_aligned(
             pages * rt.page_size,
             rt.page_size,
@@ -534,7 +534,11 @@ impl<'a> RingHandler<'a> {
     }
 }
 
-fn build_ring(entries: u32, poll: PollMode) -> Result<(IoUring, &'static str), String> {
+fn build_ring(rt: &Shared, entries: u32) -> Result<(IoUring, &'static str), String> {
+    let poll = rt.config.io.poll;
+    if matches!(poll, PollMode::Iopoll | PollMode::Hybrid) {
+        note_no_device_polling(rt, poll);
+    }
     if poll == PollMode::Sqpoll {
         match IoUring::builder().setup_sqpoll(50).build(entries) {
             Ok(ring) => return Ok((ring, "io_uring+sqpoll")),
@@ -546,4 +550,24 @@ fn build_ring(entries: u32, poll: PollMode) -> Result<(IoUring, &'static str), S
     IoUring::new(entries)
         .map(|ring| (ring, "io_uring"))
         .map_err(|e| format!("io_uring_setup: {e}"))
+}
+
+/// IOPOLL and hybrid polling take completions from the device's poll
+/// queues, and a ring set up for them can carry nothing else (no polls on
+/// the userfaultfd). Say once why page reads use interrupt-driven
+/// completions instead; the handler still polls its ring for a completion
+/// for up to `POLL_NS` while reads are in flight.
+fn note_no_device_polling(rt: &Shared, poll: PollMode) {
+    static NOTED: std::sync::Once = std::sync::Once::new();
+    let (fd, _) = rt.store().read_target(0);
+    let why = match crate::sys::device::has_poll_queues(fd) {
+        Err(why) => why,
+        Ok(()) => "polled page reads need a ring of their own beside the one that watches the userfaultfd, which tiermem does not have yet".to_string(),
+    };
+    NOTED.call_once(|| {
+        eprintln!(
+            "tiermem: TIERMEM_IO_POLL={}: {why}; page reads use interrupt-driven completions",
+            poll.name()
+        )
+    });
 }

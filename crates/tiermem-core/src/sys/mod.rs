@@ -1,6 +1,7 @@
 //! Thin, typed wrappers over the system calls tiermem needs. Everything that
 //! talks to the kernel lives here, so the rest of the crate reads as policy.
 
+pub mod device;
 pub mod mem;
 pub mod raw;
 pub mod thread;
