@@ -578,7 +578,14 @@ impl<'a> Probe<'a> {
         // miss and splits a run) is outvoted by the others. An adaptive,
         // asynchronous read-ahead (windows that grow) gives its average,
         // and runs that disagree with it.
-        let p = median(&per_walk).round() as usize;
+        // A fixed degree shows as one run length that most runs share:
+        // take it, unless runs disagree (an adaptive read-ahead's windows
+        // grow), then the median ratio.
+        let nonzero: Vec<usize> = runs.iter().copied().filter(|&r| r > 0).collect();
+        let p = match majority(&nonzero) {
+            Some(m) if 2 * nonzero.len() >= runs.len() => m,
+            _ => median(&per_walk).round() as usize,
+        };
         let agree = runs.iter().filter(|&&r| r == p).count();
         let mut evidence = format!(
             "{} sequential walks: {hits} hits, {misses} misses; hits after each miss {:?}",
@@ -909,7 +916,32 @@ impl FreshChunks {
     }
 }
 
+/// The value more than half of `v` share, if any.
+fn majority(v: &[usize]) -> Option<usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for &x in v {
+        *counts.entry(x).or_insert(0usize) += 1;
+    }
+    counts
+        .into_iter()
+        .find(|&(_, n)| 2 * n > v.len())
+        .map(|(x, _)| x)
+}
+
 #[allow(dead_code)]
 fn p90(v: &[f64]) -> f64 {
     quantile(v, 0.9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::majority;
+
+    #[test]
+    fn a_majority_needs_more_than_half() {
+        assert_eq!(majority(&[4, 4, 1, 2, 4, 4]), Some(4));
+        assert_eq!(majority(&[7, 16, 29, 8]), None);
+        assert_eq!(majority(&[3, 4]), None);
+        assert_eq!(majority(&[]), None);
+    }
 }
