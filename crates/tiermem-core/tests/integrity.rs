@@ -3,10 +3,9 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{resident_bytes, runtime_io, Rng, Stamped, UNIT};
+use common::{random_reads_and_writes, resident_bytes, runtime_io, Stamped, UNIT};
 use tiermem_core::{IoEngine, IoSettings, PolicyKind, PollMode};
 
 const REGION: usize = 256 << 20;
@@ -22,44 +21,15 @@ fn hammer_io(policy: PolicyKind, page_size: usize, io: IoSettings) {
     let rt = runtime_io(BUDGET, page_size, policy, io);
     let base = rt.alloc(REGION).expect("alloc").as_ptr();
     let stamped = Stamped::stamp(base, REGION);
-    let stop = AtomicBool::new(false);
-    let lost_reads = std::sync::atomic::AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let (stamped, stop, lost_reads) = (&stamped, &stop, &lost_reads);
-            s.spawn(move || {
-                let mut rng = Rng(0x1234_5678 + t as u64 * 7919);
-                while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..256 {
-                        let unit = rng.below(stamped.units);
-                        if rng.next().is_multiple_of(2) {
-                            stamped.write(unit);
-                        } else if !stamped.read_ok(unit) {
-                            lost_reads.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            });
-        }
-        let deadline = Instant::now() + HAMMER;
-        while Instant::now() < deadline {
-            let stats = rt.stats();
-            assert!(
-                stats.resident_bytes <= BUDGET,
-                "resident {} over budget {BUDGET}",
-                stats.resident_bytes
-            );
+    let (lost_reads, over_budget) =
+        random_reads_and_writes(&stamped, THREADS, HAMMER, 0x1234_5678, || {
+            let resident = rt.stats().resident_bytes;
             let mapped = resident_bytes(base, REGION) as u64;
-            assert!(mapped <= BUDGET, "{mapped} bytes mapped, budget {BUDGET}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        stop.store(true, Ordering::Relaxed);
-    });
-    assert_eq!(
-        lost_reads.into_inner(),
-        0,
-        "reads saw a page without its identity"
-    );
+            (resident > BUDGET || mapped > BUDGET)
+                .then(|| format!("resident {resident}, mapped {mapped}, budget {BUDGET}"))
+        });
+    assert_eq!(over_budget, None, "over budget");
+    assert_eq!(lost_reads, 0, "reads saw a page without its identity");
     stamped
         .verify()
         .unwrap_or_else(|e| panic!("{policy:?}/{page_size}/{io:?}: {e}"));

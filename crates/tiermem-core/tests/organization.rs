@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{resident_bytes, Rng, Stamped, UNIT};
+use common::{random_reads_and_writes, resident_bytes, Stamped, UNIT};
 use tiermem_core::{
     Config, Inclusion, IoEngine, IoSettings, Organization, PolicyKind, Preset, Runtime, WritePolicy,
 };
@@ -48,50 +47,21 @@ fn hammer(org: Organization, page_size: usize, io: IoSettings) -> tiermem_core::
     let rt = runtime(org, page_size, io);
     let base = rt.alloc(REGION).expect("alloc").as_ptr();
     let stamped = Stamped::stamp(base, REGION);
-    let stop = AtomicBool::new(false);
-    let lost_reads = AtomicU64::new(0);
-    let mut over_budget = None;
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let (stamped, stop, lost_reads) = (&stamped, &stop, &lost_reads);
-            s.spawn(move || {
-                let mut rng = Rng(0x5EED_0000 + t as u64 * 7919);
-                while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..256 {
-                        let unit = rng.below(stamped.units);
-                        if rng.next().is_multiple_of(2) {
-                            stamped.write(unit);
-                        } else if !stamped.read_ok(unit) {
-                            lost_reads.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            });
-        }
-        // Set-associative caches run full, with no free headroom, and
-        // mincore's walk is not atomic: a page zapped behind the walk and
-        // another installed ahead of it are both counted. Allow one page in
-        // flight per handler thread on top of the budget; the runtime's own
-        // charge must never exceed it.
-        let slack = 2 * page_size as u64;
-        let deadline = Instant::now() + HAMMER;
-        while Instant::now() < deadline && over_budget.is_none() {
+    // Set-associative caches run full, with no free headroom, and
+    // mincore's walk is not atomic: a page zapped behind the walk and
+    // another installed ahead of it are both counted. Allow one page in
+    // flight per handler thread on top of the budget; the runtime's own
+    // charge must never exceed it.
+    let slack = 2 * page_size as u64;
+    let (lost_reads, over_budget) =
+        random_reads_and_writes(&stamped, THREADS, HAMMER, 0x5EED_0000, || {
             let mapped = resident_bytes(base, REGION) as u64;
             let charged = rt.stats().resident_bytes;
-            if mapped > BUDGET + slack || charged > BUDGET {
-                over_budget = Some((mapped, charged));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        stop.store(true, Ordering::Relaxed);
-    });
-    // Asserted once the threads have stopped, or the scope never ends.
-    assert_eq!(over_budget, None, "(mapped, charged) over budget {BUDGET}");
-    assert_eq!(
-        lost_reads.into_inner(),
-        0,
-        "a read missed a page's identity"
-    );
+            (mapped > BUDGET + slack || charged > BUDGET)
+                .then(|| format!("mapped {mapped}, charged {charged}, budget {BUDGET}"))
+        });
+    assert_eq!(over_budget, None, "over budget");
+    assert_eq!(lost_reads, 0, "a read missed a page's identity");
     stamped
         .verify()
         .unwrap_or_else(|e| panic!("{} / {page_size}: {e}", org.describe()));

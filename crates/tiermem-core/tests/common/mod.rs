@@ -7,7 +7,8 @@
 
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use tiermem_core::{Config, IoSettings, PolicyKind, Runtime};
 
@@ -135,4 +136,46 @@ impl Rng {
     pub fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
+}
+
+/// Random reads and writes (half each) from `threads` threads over the
+/// stamped units for `duration`, while `watch` looks at the runtime every
+/// 50 ms. Returns the number of reads that missed a unit's identity and the
+/// first complaint `watch` made. Nothing is asserted while the threads run:
+/// a panic there would leave them running and the scope would never end.
+pub fn random_reads_and_writes(
+    stamped: &Stamped,
+    threads: usize,
+    duration: Duration,
+    seed: u64,
+    mut watch: impl FnMut() -> Option<String>,
+) -> (u64, Option<String>) {
+    let stop = AtomicBool::new(false);
+    let lost_reads = AtomicU64::new(0);
+    let mut complaint = None;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (stop, lost_reads) = (&stop, &lost_reads);
+            s.spawn(move || {
+                let mut rng = Rng(seed + t as u64 * 7919);
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..256 {
+                        let unit = rng.below(stamped.units);
+                        if rng.next().is_multiple_of(2) {
+                            stamped.write(unit);
+                        } else if !stamped.read_ok(unit) {
+                            lost_reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        let deadline = Instant::now() + duration;
+        while Instant::now() < deadline && complaint.is_none() {
+            complaint = watch();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    (lost_reads.into_inner(), complaint)
 }
