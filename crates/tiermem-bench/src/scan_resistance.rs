@@ -238,22 +238,12 @@ mod tests {
     use std::cell::Cell;
 
     use super::*;
-    use crate::worker::{AnonymousSet, Workload};
+    use crate::worker::AnonymousSet;
 
     const PAGE: u64 = 4096;
 
     fn spec(shape: ScanShape) -> WorkloadSpec {
-        WorkloadSpec {
-            working_set_bytes: shape.total_pages() * PAGE,
-            page_size: PAGE,
-            threads: 1,
-            read_percent: 100,
-            pattern: "sequential".into(),
-            duration_s: 0.0,
-            warmup_s: 0.0,
-            seed: 1,
-            workload: Workload::ScanResistance(shape),
-        }
+        WorkloadSpec::scan_resistance(shape, PAGE, 1)
     }
 
     /// Plain memory whose "major fault" counter goes up by one per reading,

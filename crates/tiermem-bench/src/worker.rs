@@ -43,6 +43,24 @@ pub struct WorkloadSpec {
     pub workload: Workload,
 }
 
+impl WorkloadSpec {
+    /// The scan-resistance workload of `shape` over pages of `page_size`:
+    /// one thread, reads only, a fixed amount of work (no duration).
+    pub fn scan_resistance(shape: ScanShape, page_size: u64, seed: u64) -> WorkloadSpec {
+        WorkloadSpec {
+            working_set_bytes: shape.total_pages() * page_size,
+            page_size,
+            threads: 1,
+            read_percent: 100,
+            pattern: "sequential".into(),
+            duration_s: 0.0,
+            warmup_s: 0.0,
+            seed,
+            workload: Workload::ScanResistance(shape),
+        }
+    }
+}
+
 /// The kind of workload a worker runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]

@@ -6,24 +6,14 @@
 
 use tiermem_bench::result::Mode;
 use tiermem_bench::scan_resistance::ScanShape;
-use tiermem_bench::worker::{run_workload, TiermemSet, Workload, WorkloadSpec};
+use tiermem_bench::worker::{run_workload, TiermemSet, WorkloadSpec};
 use tiermem_core::{Config, PolicyKind};
 
 const BUDGET: u64 = 16 << 20;
 const PAGE: u64 = 4096;
 
 fn spec(shape: ScanShape) -> WorkloadSpec {
-    WorkloadSpec {
-        working_set_bytes: shape.total_pages() * PAGE,
-        page_size: PAGE,
-        threads: 1,
-        read_percent: 100,
-        pattern: "sequential".into(),
-        duration_s: 0.0,
-        warmup_s: 0.0,
-        seed: 1,
-        workload: Workload::ScanResistance(shape),
-    }
+    WorkloadSpec::scan_resistance(shape, PAGE, 1)
 }
 
 #[test]
