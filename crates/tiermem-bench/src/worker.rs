@@ -463,6 +463,7 @@ impl WorkingSet for TiermemSet {
             ("prefetch_issued", s.prefetch_issued),
             ("prefetch_hits", s.prefetch_hits),
             ("wp_faults", s.wp_faults),
+            ("predicted_writes", s.predicted_writes),
             ("budget_waits", s.budget_waits),
             ("bytes_read", s.bytes_read),
             ("bytes_written", s.bytes_written),

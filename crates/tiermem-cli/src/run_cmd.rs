@@ -158,6 +158,8 @@ Environment:
   TIERMEM_WRITE_POLICY    write-back or write-through, as --write-policy.
   TIERMEM_INCLUSION       inclusive or exclusive, as --inclusion.
   TIERMEM_READAHEAD       on/off: the adaptive read-ahead (when no --prefetch).
+  TIERMEM_PREDICT_WRITES  on/off: once most pages read in get written, read
+                          faults install pages writable (default on).
   TIERMEM_IO_ENGINE       io_uring (default) or psync.
   TIERMEM_IO_DEPTH        page reads in flight per handler thread (default 32).
   TIERMEM_IO_POLL         none (default), sqpoll, iopoll or hybrid (device polling

@@ -4,7 +4,8 @@
 //! 1. **Demote**: the policy picks resident victims. Each is taken over
 //!    (`Evicting`), write-protected if dirty so no write can slip past the
 //!    copy, copied into a runtime frame when its content must be kept, and
-//!    unmapped. Zaps are batched: one TLB shootdown per batch, not per page.
+//!    unmapped. Zaps are batched: one TLB shootdown per batch, not per page;
+//!    so are write protections of adjacent dirty victims (a scan's).
 //!    A clean page whose slot copy is valid needs no frame at all under FIFO.
 //! 2. **Evict from probation**: pages that sat in probation untouched leave
 //!    DRAM. Clean ones are dropped (their slot is valid), all-zero ones
@@ -50,6 +51,10 @@ struct Evictor<'a> {
     rt: &'a Shared,
     probation: VecDeque<PageNo>,
     victims: Vec<PageNo>,
+    /// Victims taken over, with their state before.
+    owned: Vec<(PageNo, PageState)>,
+    /// Dirty victims, sorted, to write-protect in ranges.
+    dirty: Vec<PageNo>,
     demoted: Vec<Demoted>,
     zapper: Zapper,
     slots: Vec<u64>,
@@ -65,6 +70,8 @@ impl<'a> Evictor<'a> {
             rt,
             probation: rt.take_probation_queue(),
             victims: Vec::with_capacity(BATCH),
+            owned: Vec::with_capacity(BATCH),
+            dirty: Vec::with_capacity(BATCH),
             demoted: Vec::with_capacity(BATCH),
             zapper: Zapper::new(),
             slots: Vec::with_capacity(BATCH),
@@ -135,10 +142,12 @@ impl<'a> Evictor<'a> {
         self.victims.clear();
         rt.policy.pick_victims(&rt.table, want, &mut self.victims);
         let keep_in_dram = rt.policy.probation_share() > 0;
+        self.take_over_victims();
+        self.protect_dirty_victims();
         self.demoted.clear();
-        for i in 0..self.victims.len() {
-            let page = self.victims[i];
-            if let Some(d) = self.take_over(page, keep_in_dram) {
+        for i in 0..self.owned.len() {
+            let (page, state) = self.owned[i];
+            if let Some(d) = self.save(page, state, keep_in_dram) {
                 if let Err(e) = self.zapper.push(rt.page_addr(page), rt.page_size) {
                     rt.fatal(&format!("unmapping evicted pages failed: {e}"));
                 }
@@ -176,29 +185,53 @@ impl<'a> Evictor<'a> {
         (self.victims.len(), dropped)
     }
 
-    /// Owns a resident victim and saves its content where needed.
-    fn take_over(&mut self, page: PageNo, keep_in_dram: bool) -> Option<Demoted> {
+    /// Owns the victims that are still resident (busy or gone ones are
+    /// skipped: whoever owns them re-admits them if they stay resident).
+    fn take_over_victims(&mut self) {
         let rt = self.rt;
-        let state = loop {
-            let s = rt.table.load(page);
-            if s.kind() != Kind::Resident {
-                // Busy or gone; whoever owns it re-admits it if it stays resident.
-                return None;
+        self.owned.clear();
+        for &page in &self.victims {
+            loop {
+                let s = rt.table.load(page);
+                if s.kind() != Kind::Resident {
+                    break;
+                }
+                if rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+                    self.owned.push((page, s));
+                    break;
+                }
             }
-            if rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
-                break s;
-            }
-        };
-        let addr = rt.page_addr(page);
-        if state.is_dirty() {
-            // Clean pages are already write-protected; dirty ones must be,
-            // or a write between copy and zap would be lost.
-            if let Err(e) = rt.uffd.write_protect(addr, rt.page_size, true) {
+        }
+    }
+
+    /// Clean pages are already write-protected; dirty ones must be, or a
+    /// write between copy and zap would be lost. Adjacent ones share one
+    /// call, and so one TLB shootdown.
+    fn protect_dirty_victims(&mut self) {
+        let rt = self.rt;
+        self.dirty.clear();
+        self.dirty.extend(
+            self.owned
+                .iter()
+                .filter(|(_, s)| s.is_dirty())
+                .map(|&(page, _)| page),
+        );
+        self.dirty.sort_unstable();
+        for run in self.dirty.chunk_by(|a, b| b == &(a + 1)) {
+            let (first, len) = (run[0], run.len() * rt.page_size);
+            if let Err(e) = rt.uffd.write_protect(rt.page_addr(first), len, true) {
                 rt.fatal(&format!(
-                    "write-protecting page {page} for eviction failed: {e}"
+                    "write-protecting {} page(s) from page {first} for eviction failed: {e}",
+                    run.len()
                 ));
             }
         }
+    }
+
+    /// Saves an owned, protected victim's content where it must be kept.
+    fn save(&mut self, page: PageNo, state: PageState, keep_in_dram: bool) -> Option<Demoted> {
+        let rt = self.rt;
+        let addr = rt.page_addr(page);
         let needs_copy = keep_in_dram || state.is_dirty() || state.slot().is_none();
         if !needs_copy {
             return Some(Demoted {

@@ -1,5 +1,5 @@
 //! How the runtime talks to the backing device: engine, queue depth,
-//! polling and read-ahead. Part of [`crate::Config`]; each setting has a
+//! polling, read-ahead and write prediction. Part of [`crate::Config`]; each setting has a
 //! `TIERMEM_*` variable and goes through the same error reporting.
 
 use std::str::FromStr;
@@ -10,6 +10,7 @@ pub const ENV_IO_ENGINE: &str = "TIERMEM_IO_ENGINE";
 pub const ENV_IO_DEPTH: &str = "TIERMEM_IO_DEPTH";
 pub const ENV_IO_POLL: &str = "TIERMEM_IO_POLL";
 pub const ENV_READAHEAD: &str = "TIERMEM_READAHEAD";
+pub const ENV_PREDICT_WRITES: &str = "TIERMEM_PREDICT_WRITES";
 
 /// Page reads one handler thread keeps in flight at most: enough for the
 /// parallelism of an NVMe or virtio queue at 4 KiB.
@@ -59,6 +60,9 @@ pub struct IoSettings {
     pub poll: PollMode,
     /// Detect sequential and strided streams and read ahead of them.
     pub readahead: bool,
+    /// Install read faults writable once most read pages get written
+    /// (see `fault::write_prediction`).
+    pub predict_writes: bool,
 }
 
 impl Default for IoSettings {
@@ -68,6 +72,7 @@ impl Default for IoSettings {
             depth: DEFAULT_IO_DEPTH,
             poll: PollMode::None,
             readahead: true,
+            predict_writes: true,
         }
     }
 }
@@ -138,6 +143,9 @@ impl IoSettings {
         if let Some(v) = lookup(ENV_READAHEAD) {
             io.readahead = parse_switch(ENV_READAHEAD, &v)?;
         }
+        if let Some(v) = lookup(ENV_PREDICT_WRITES) {
+            io.predict_writes = parse_switch(ENV_PREDICT_WRITES, &v)?;
+        }
         Ok(io)
     }
 
@@ -153,6 +161,10 @@ impl IoSettings {
             ENV_READAHEAD,
             if self.readahead { "on" } else { "off" }.into(),
         ));
+        env.push((
+            ENV_PREDICT_WRITES,
+            if self.predict_writes { "on" } else { "off" }.into(),
+        ));
     }
 }
 
@@ -167,6 +179,7 @@ mod tests {
             ENV_IO_DEPTH => Some("8".to_string()),
             ENV_READAHEAD => Some("off".to_string()),
             ENV_IO_POLL => Some("hybrid".to_string()),
+            ENV_PREDICT_WRITES => Some("off".to_string()),
             _ => None,
         };
         let io = IoSettings::from_lookup(&env).unwrap();
@@ -176,7 +189,8 @@ mod tests {
                 engine: IoEngine::Psync,
                 depth: 8,
                 poll: PollMode::Hybrid,
-                readahead: false
+                readahead: false,
+                predict_writes: false,
             }
         );
         let mut out = Vec::new();

@@ -14,7 +14,7 @@ use crate::budget::Budget;
 use crate::config::{Config, MIN_BUDGET_PAGES};
 use crate::error::{Error, Result};
 use crate::evictor::{evictor_loop, BATCH};
-use crate::fault::{backoff, handler_loop};
+use crate::fault::{backoff, handler_loop, WritePrediction};
 use crate::frames::FramePool;
 use crate::organization::WritePolicy;
 use crate::page_table::{Kind, PageNo, PageState, PageTable, MAX_PAGES};
@@ -52,6 +52,8 @@ pub(crate) struct Shared {
     /// Write-through: pages written since they were last copied out, for
     /// the evictor to copy out (`None`: write-back).
     pub written: Option<SegQueue<PageNo>>,
+    /// Whether read faults should install their pages writable.
+    pub write_prediction: WritePrediction,
     pub frames: FramePool,
     pub zero_page: Mapping,
     pub counters: Counters,
@@ -69,6 +71,9 @@ pub(crate) struct Shared {
     pub lazy_start: PageNo,
     stop: AtomicBool,
     pub stop_event: EventFd,
+    /// A handler served a read-ahead marker another handler parked: the
+    /// parking handler continues the stream (see `fault::ring`).
+    pub marker_reached: EventFd,
     pub pause: Pause,
     /// Pages in probation, in order, while no evictor thread holds them
     /// (before it starts, while it is parked for a fork).
@@ -322,6 +327,7 @@ impl Runtime {
                 .map(|(sets, ways, victims)| SetMap::new(sets, ways, victims)),
             written: (config.organization.write_policy == WritePolicy::WriteThrough)
                 .then(SegQueue::new),
+            write_prediction: WritePrediction::for_config(&config),
             frames,
             zero_page: Mapping::reserve_aligned(page_size, page_size, "allocating the zero page")?,
             counters: Counters::default(),
@@ -333,6 +339,7 @@ impl Runtime {
             lazy_start: strict_pages as PageNo,
             stop: AtomicBool::new(false),
             stop_event: EventFd::new()?,
+            marker_reached: EventFd::new()?,
             pause: Pause::new()?,
             probation_queue: Mutex::new(VecDeque::new()),
             fork_leases: Mutex::new(Vec::new()),

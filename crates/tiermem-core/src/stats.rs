@@ -35,6 +35,8 @@ pub struct Counters {
     pub conflict_evictions: AtomicU64,
     /// Written pages copied out by write-through.
     pub write_throughs: AtomicU64,
+    /// Read faults installed writable because a write was predicted.
+    pub predicted_writes: AtomicU64,
 }
 
 pub struct LatencyHistogram {
@@ -165,6 +167,8 @@ pub struct Stats {
     pub conflict_evictions: u64,
     /// Written pages copied to the store by write-through.
     pub write_throughs: u64,
+    /// Read faults installed writable because a write was predicted.
+    pub predicted_writes: u64,
     pub resident_bytes: u64,
     pub peak_resident_bytes: u64,
     pub budget_bytes: u64,
@@ -225,6 +229,7 @@ impl Counters {
         s.bad_accesses = self.bad_accesses.load(Relaxed);
         s.conflict_evictions = self.conflict_evictions.load(Relaxed);
         s.write_throughs = self.write_throughs.load(Relaxed);
+        s.predicted_writes = self.predicted_writes.load(Relaxed);
     }
 }
 

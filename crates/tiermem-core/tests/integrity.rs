@@ -152,9 +152,15 @@ fn sequential_scans_read_ahead_and_keep_every_page() {
                 st.prefetch_issued > st.page_ins / 2,
                 "scans must be read ahead: {st:?}"
             );
+            // The program passes read-ahead pages without faulting; the
+            // stream counts them as it moves on, so nearly all are hits.
             assert!(
-                st.prefetch_hits > st.prefetch_issued / 2,
-                "read-ahead must be used: {st:?}"
+                st.prefetch_hits > st.prefetch_issued * 9 / 10,
+                "read-ahead must be used and counted: {st:?}"
+            );
+            assert!(
+                st.prefetch_hits + st.prefetch_wasted <= st.prefetch_issued,
+                "a page read ahead is used or wasted, not both: {st:?}"
             );
         } else {
             assert_eq!(st.prefetch_issued, 0);

@@ -73,7 +73,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         "\n── tiermem: {program} (pid {pid}) ──────────────────────────────\n\
          budget          {budget}, peak resident {peak} ({peak_pct} of budget), page {page} KiB, policy {policy}\n\
          organization    {organization}; conflict evictions {conflicts}, write-throughs {wts}\n\
-         faults          {faults} (missing {missing}, write-protect {wp}, first touch {zero})\n\
+         faults          {faults} (missing {missing}, write-protect {wp}, first touch {zero}); reads installed writable (write predicted) {predicted}\n\
          hit ratio       {hit} of faults served from DRAM without a device read\n\
          page-ins        {ins} ({read} read), probation rescues {rescues}, read ahead {prefetch} (used {phits}, wasted {pwaste})\n\
          page-outs       {outs} ({written} written), clean drops {clean}, zero drops {zdrops}\n\
@@ -92,6 +92,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         missing = s.missing_faults,
         wp = s.wp_faults,
         zero = s.zero_fills,
+        predicted = s.predicted_writes,
         hit = pct(served_from_dram, s.faults),
         ins = s.page_ins,
         read = mib(s.bytes_read),

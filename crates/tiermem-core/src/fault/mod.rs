@@ -5,7 +5,9 @@
 //!
 //! - **missing**, page `Zero`: install zeros (charged against the budget);
 //! - **missing**, page `Stored`: read its slot, install it write-protected
-//!   (so the first write is seen and the page can later be dropped clean);
+//!   (so the first write is seen and the page can later be dropped clean),
+//!   or writable and dirty if the fault was a write or one is predicted
+//!   ([`write_prediction`]);
 //! - **missing**, page in `Probation`: install it from its DRAM frame, no
 //!   I/O, and mark it referenced;
 //! - **missing**, page already `Resident`: a duplicate fault another thread
@@ -32,6 +34,9 @@ mod conflict;
 mod readahead;
 mod ring;
 mod sync;
+mod write_prediction;
+
+pub(crate) use write_prediction::WritePrediction;
 
 use crate::io_config::IoEngine;
 use crate::organization::Inclusion;
@@ -65,14 +70,21 @@ pub(crate) fn handler_loop(rt: &Shared) {
 pub(crate) struct PageRead {
     pub page: PageNo,
     pub slot: u64,
-    /// The fault was a write: install writable and dirty.
+    /// Install writable and dirty: the fault was a write, or one is predicted.
     pub write: bool,
+    /// The fault itself was a read (a predicted write is no reference yet).
+    pub predicted: bool,
     /// Read ahead of demand: install without waking anyone.
     pub prefetch: bool,
     /// Part of a fixed-degree prefetch group spread over several requests:
     /// the demand page whose waiter is woken once the whole group is in,
     /// so the lines fetched with a miss arrive together, as in a cache.
     pub group: Option<PageNo>,
+    /// The read-ahead marker of its window (as Linux's `PG_readahead`):
+    /// parked uninstalled ([`park_marker`]), so that the program's arrival
+    /// there shows as a fault and starts the next window before this one
+    /// runs out.
+    pub marker: bool,
     pub started_ns: u64,
 }
 
@@ -139,7 +151,9 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
                     Claim::Busy => return Missing::Busy,
                 }
                 if kind == Kind::Stored {
-                    return Missing::Read(claimed_read(rt, page, state, fault.write, started));
+                    let mut read = claimed_read(rt, page, state, fault.write, started);
+                    predict_write(rt, &mut read);
+                    return Missing::Read(read);
                 }
                 if rt.is_lazy(page) {
                     rt.commit_lazy_page(page);
@@ -194,9 +208,26 @@ fn claimed_read(
         page,
         slot,
         write,
+        predicted: false,
         prefetch: false,
         group: None,
+        marker: false,
         started_ns: started,
+    }
+}
+
+/// A demand read fault: install writable if writes are predicted, and
+/// keep score of the ones installed protected.
+fn predict_write(rt: &Shared, read: &mut PageRead) {
+    if read.write {
+        return;
+    }
+    if rt.write_prediction.predicts_write() {
+        read.write = true;
+        read.predicted = true;
+        Counters::add(&rt.counters.predicted_writes, 1);
+    } else {
+        rt.write_prediction.installed_protected();
     }
 }
 
@@ -270,6 +301,71 @@ fn claim_for_load(rt: &Shared, page: PageNo, state: PageState, wait: bool) -> Cl
     Claim::Claimed
 }
 
+/// Parks a read-ahead marker whose read completed into `buf`: its content
+/// goes to a runtime frame and the page waits in probation, unmapped, where
+/// any handler's fault serves it without I/O ([`rescue_from_probation`]).
+/// The handler that read it watches it ([`park_state`]). False if no frame
+/// is free: then install it like the rest of its window.
+pub(crate) fn park_marker(rt: &Shared, read: &PageRead, buf: *const u8) -> bool {
+    let Some(frame) = rt.frames.alloc() else {
+        return false;
+    };
+    // SAFETY: `buf` holds the page just read, and the frame is ours; both
+    // are runtime-owned and page-sized.
+    unsafe { std::ptr::copy_nonoverlapping(buf, rt.frames.ptr(frame), rt.page_size) };
+    Counters::add(&rt.counters.page_ins, 1);
+    Counters::add(&rt.counters.bytes_read, rt.page_size as u64);
+    Counters::add(&rt.counters.prefetch_issued, 1);
+    rt.table.set_frame(read.page, frame);
+    rt.table.finish(
+        read.page,
+        PageState::FREE
+            .with_kind(Kind::Probation)
+            .with_slot(Some(read.slot))
+            .with_prefetched(true),
+    );
+    true
+}
+
+/// What became of a parked marker.
+pub(crate) enum Parked {
+    /// Still waiting in probation.
+    Waiting,
+    /// A fault took it: the program reached it.
+    Reached,
+}
+
+pub(crate) fn park_state(rt: &Shared, page: PageNo) -> Parked {
+    match rt.table.load(page).kind() {
+        Kind::Probation => Parked::Waiting,
+        _ => Parked::Reached,
+    }
+}
+
+/// Whether a fault on `page` would be served from a parked read-ahead page.
+pub(crate) fn is_parked_read_ahead(rt: &Shared, page: PageNo) -> bool {
+    let state = rt.table.load(page);
+    state.kind() == Kind::Probation && state.is_prefetched()
+}
+
+/// Installs a parked marker the program has not reached in time, as the
+/// rest of its window was: mapped, unused, waking only with `wake` (a
+/// handler that stops). Does nothing if a fault took it meanwhile.
+pub(crate) fn unpark_marker(rt: &Shared, page: PageNo, wake: bool) {
+    let state = rt.table.load(page);
+    if state.kind() != Kind::Probation
+        || !rt
+            .table
+            .transition(page, state, state.with_kind(Kind::Loading))
+    {
+        return;
+    }
+    let frame = rt.table.frame(page);
+    install_with(rt, page, rt.frames.ptr(frame), true, wake);
+    rt.frames.release(frame);
+    finish_resident(rt, page, state, false);
+}
+
 /// A read-ahead page turned out to be used.
 pub(crate) fn prefetch_used(rt: &Shared, page: PageNo) {
     let before = rt
@@ -282,20 +378,51 @@ pub(crate) fn prefetch_used(rt: &Shared, page: PageNo) {
 
 /// Installs a page whose slot was read into `buf` and publishes it.
 pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
+    // Read-ahead wakes no one: nobody waits for it (a fault that arrived
+    // meanwhile is retried and finds the page resident).
+    let wake = !read.prefetch && read.group.is_none();
+    install_with(rt, read.page, buf, !owns_store_copy(rt, read), wake);
+    publish_read(rt, read);
+}
+
+/// Read-ahead of consecutive pages that landed in consecutive buffers at
+/// `buf`: one UFFDIO_COPY installs them all (a sequential scan installs a
+/// request's worth of pages with one call instead of one call per page).
+pub(crate) fn finish_read_ahead_run(rt: &Shared, reads: &[PageRead], buf: *const u8) {
+    let Some(first) = reads.first() else {
+        return;
+    };
+    debug_assert!(reads.iter().enumerate().all(|(i, r)| r.prefetch
+        && !r.write
+        && r.group.is_none()
+        && r.page == first.page + i as PageNo));
+    install_pages(
+        rt,
+        first.page,
+        reads.len(),
+        buf,
+        !owns_store_copy(rt, first),
+        false,
+    );
+    for read in reads {
+        publish_read(rt, read);
+    }
+}
+
+/// A read fault installs the page write-protected: it stays clean, and its
+/// slot copy stays valid, until the first write. A write fault (or a
+/// predicted one) dirties it at once, which saves a second fault. An
+/// exclusive cache gives the slot up as the page comes in: the page is the
+/// only copy, so it is dirty and needs no write protection.
+fn owns_store_copy(rt: &Shared, read: &PageRead) -> bool {
+    read.write || rt.config.organization.inclusion == Inclusion::Exclusive
+}
+
+/// The bookkeeping of a page read that is now installed.
+fn publish_read(rt: &Shared, read: &PageRead) {
     Counters::add(&rt.counters.page_ins, 1);
     Counters::add(&rt.counters.bytes_read, rt.page_size as u64);
-    // A read fault installs the page write-protected: it stays clean, and its
-    // slot copy stays valid, until the first write. A write fault dirties it
-    // at once, which saves a second fault. Read-ahead wakes no one: nobody
-    // waits for it (a fault that arrived meanwhile is retried and finds the
-    // page resident).
-    // An exclusive cache gives the slot up as the page comes in: the page
-    // is the only copy, so it is dirty and needs no write protection.
-    let exclusive = rt.config.organization.inclusion == Inclusion::Exclusive;
-    let owns_copy = read.write || exclusive;
-    let wake = !read.prefetch && read.group.is_none();
-    install_with(rt, read.page, buf, !owns_copy, wake);
-    let new = if owns_copy {
+    let new = if owns_store_copy(rt, read) {
         rt.slots().free(read.slot);
         PageState::FREE.with_dirty(true)
     } else {
@@ -305,7 +432,7 @@ pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
         Counters::add(&rt.counters.prefetch_issued, 1);
         finish_resident(rt, read.page, new.with_prefetched(true), false);
     } else {
-        finish_resident(rt, read.page, new, read.write);
+        finish_resident(rt, read.page, new, read.write && !read.predicted);
         let took = now_ns().saturating_sub(read.started_ns);
         rt.fault_latency.record(took);
         rt.page_in_latency.record(took);
@@ -373,6 +500,11 @@ fn resolve_write_to_clean(rt: &Shared, page: PageNo) -> bool {
                 }
                 if let Some(stale) = state.slot() {
                     rt.slots().free(stale);
+                    if !state.is_referenced() && !state.is_prefetched() {
+                        // Clean, unreferenced, not read ahead: a read
+                        // fault installed it.
+                        rt.write_prediction.written_after_read();
+                    }
                 }
                 if state.is_prefetched() {
                     Counters::add(&rt.counters.prefetch_hits, 1);
@@ -396,22 +528,45 @@ fn install(rt: &Shared, page: PageNo, src: *const u8, write_protect: bool) {
 
 /// UFFDIO_COPY one page, handling the cases the kernel reports.
 fn install_with(rt: &Shared, page: PageNo, src: *const u8, write_protect: bool, wake: bool) {
-    let addr = rt.page_addr(page);
-    loop {
-        // SAFETY: `src` is a runtime-owned buffer of `page_size` bytes, and
-        // `addr` is a page-aligned page of the registered arena.
-        match unsafe { rt.uffd.copy(addr, src, rt.page_size, write_protect, wake) } {
+    install_pages(rt, page, 1, src, write_protect, wake);
+}
+
+/// UFFDIO_COPY `count` consecutive pages from consecutive buffers at `src`
+/// with as few calls as the kernel allows, handling what it reports.
+fn install_pages(
+    rt: &Shared,
+    first: PageNo,
+    count: usize,
+    src: *const u8,
+    write_protect: bool,
+    wake: bool,
+) {
+    let addr = rt.page_addr(first);
+    let len = count * rt.page_size;
+    let mut done = 0;
+    while done < len {
+        // SAFETY: `src` holds `len` bytes of runtime-owned buffers, and
+        // `addr..addr + len` are whole pages of the registered arena.
+        let copied = unsafe {
+            rt.uffd
+                .copy(addr + done, src.add(done), len - done, write_protect, wake)
+        };
+        match copied {
             Ok(Copied::Done) => return,
-            Ok(Copied::AlreadyPresent) => {
+            Ok(Copied::AlreadyPresent { installed }) => {
                 // Mapped behind our back: keep what is there, assume it was
-                // written, and wake the waiters.
+                // written, wake the waiters, and go on after that page.
                 Counters::add(&rt.counters.unexpected_present, 1);
-                rt.uffd.wake(addr, rt.page_size);
-                return;
+                let present = (done + installed) / rt.page_size * rt.page_size;
+                rt.uffd.wake(addr + present, rt.page_size);
+                done = present + rt.page_size;
             }
-            Ok(Copied::Retry(_)) => std::thread::yield_now(),
+            Ok(Copied::Retry(installed)) => {
+                done += installed;
+                std::thread::yield_now();
+            }
             Err(e) => rt.fatal(&format!(
-                "installing page {page} with UFFDIO_COPY failed: {e}"
+                "installing {count} page(s) from page {first} with UFFDIO_COPY failed: {e}"
             )),
         }
     }

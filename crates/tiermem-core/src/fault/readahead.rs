@@ -18,9 +18,14 @@
 use crate::page_table::PageNo;
 
 const STREAMS: usize = 8;
-const FIRST_WINDOW: u64 = 8;
-/// Pages ahead of the demand miss, at most (1 MiB of 4 KiB pages).
-pub const MAX_WINDOW: u64 = 256;
+/// The first window of a confirmed stream, in bytes (8 pages of 4 KiB).
+const FIRST_WINDOW_BYTES: u64 = 32 << 10;
+/// The largest window, in bytes: the reads of one window keep the
+/// device's queue busy while the program consumes the previous one.
+const MAX_WINDOW_BYTES: u64 = 1 << 20;
+/// Windows of large pages still hold a few pages, so that a stream reads
+/// ahead more than one page at a time.
+const MIN_MAX_WINDOW_PAGES: u64 = 4;
 /// Strides beyond this many pages are not streams, just far apart misses.
 const MAX_STRIDE: i64 = 64;
 
@@ -33,6 +38,9 @@ struct Stream {
     window: u64,
     /// The next page not yet read ahead.
     ahead: i64,
+    /// The next page whose use is not yet counted: the program passed
+    /// every read-ahead page before it.
+    credited: i64,
     used: u64,
 }
 
@@ -42,7 +50,8 @@ pub struct Window {
     pub start: i64,
     pub stride: i64,
     pub count: u64,
-    /// Pages the stream passed since its last miss: read ahead and used.
+    /// The program passed the read-ahead pages from here up to the page
+    /// that produced this window: they were used.
     pub passed_from: i64,
 }
 
@@ -59,17 +68,31 @@ impl Window {
     }
 }
 
+/// The largest read-ahead window for `page_size`, in pages: windows are
+/// sized in bytes, so large pages do not read ahead megabytes more.
+pub fn max_window_pages(page_size: usize) -> u64 {
+    (MAX_WINDOW_BYTES / page_size as u64).max(MIN_MAX_WINDOW_PAGES)
+}
+
 pub struct Readahead {
     streams: [Stream; STREAMS],
     clock: u64,
+    first_window: u64,
+    max_window: u64,
 }
 
 impl Readahead {
-    pub fn new() -> Readahead {
+    pub fn new(page_size: usize) -> Readahead {
         Readahead {
             streams: [Stream::default(); STREAMS],
             clock: 0,
+            first_window: (FIRST_WINDOW_BYTES / page_size as u64).max(1),
+            max_window: max_window_pages(page_size),
         }
+    }
+
+    fn grow(&self, window: u64) -> u64 {
+        (window * 2).clamp(self.first_window, self.max_window)
     }
 
     /// A demand miss at `page`; returns what to read ahead, if anything.
@@ -87,18 +110,18 @@ impl Readahead {
     }
 
     fn advance(&mut self, i: usize, p: i64) -> Window {
+        let window = self.grow(self.streams[i].window);
         let s = &mut self.streams[i];
         s.used = self.clock;
-        let passed_from = s.last + s.stride;
+        let passed_from = s.pass(p);
         s.last = p;
-        s.window = (s.window * 2).clamp(FIRST_WINDOW, MAX_WINDOW);
-        let end = p + s.stride * (s.window as i64 + 1);
-        let start = if (s.ahead - p) * s.stride.signum() > 0 {
-            s.ahead
-        } else {
-            p + s.stride
-        };
-        let count = ((end - start) / s.stride).max(0) as u64;
+        s.window = window;
+        // A demand miss means the stream has no read-ahead page here: none
+        // was read yet, or it was evicted before use (or never claimed for
+        // lack of DRAM). Either way the window starts right after it;
+        // pages after it that are in DRAM or on their way are skipped.
+        let start = p + s.stride;
+        let count = s.window;
         s.ahead = start + s.stride * count as i64;
         Window {
             start,
@@ -120,17 +143,24 @@ impl Readahead {
                 from_last > 0 && to_ahead > 0
             }
         })?;
+        // Two windows in flight ahead of the program keep the device busy;
+        // more would only hold DRAM and buffers.
+        let s = &self.streams[i];
+        if (s.ahead - p) / s.stride > 2 * self.max_window as i64 {
+            return None;
+        }
         self.clock += 1;
+        let window = self.grow(self.streams[i].window);
         let s = &mut self.streams[i];
         s.used = self.clock;
-        s.window = (s.window * 2).clamp(FIRST_WINDOW, MAX_WINDOW);
+        s.window = window;
         let start = s.ahead;
         s.ahead = start + s.stride * s.window as i64;
         Some(Window {
             start,
             stride: s.stride,
             count: s.window,
-            passed_from: start,
+            passed_from: s.pass(p),
         })
     }
 
@@ -149,6 +179,7 @@ impl Readahead {
                 stride: p - s.last,
                 window: 0,
                 ahead: p + (p - s.last),
+                credited: p,
                 used: clock,
             };
             return;
@@ -159,6 +190,7 @@ impl Readahead {
                 stride: 0,
                 window: 0,
                 ahead: p,
+                credited: p,
                 used: clock,
             };
         }
@@ -166,6 +198,19 @@ impl Readahead {
 }
 
 impl Stream {
+    /// The program is at `p`: returns where the pages it passed since the
+    /// last call begin (`p` itself if none), and moves past `p`, whose own
+    /// use its fault counts.
+    fn pass(&mut self, p: i64) -> i64 {
+        let from = if (p - self.credited) * self.stride.signum() > 0 {
+            self.credited
+        } else {
+            p
+        };
+        self.credited = p + self.stride;
+        from
+    }
+
     /// Whether a miss at `p` follows this stream: the next step of an
     /// unconfirmed stride, or the first page past (or inside) the window
     /// already read ahead of a confirmed one.
@@ -191,9 +236,11 @@ impl Stream {
 mod tests {
     use super::*;
 
+    const FIRST_WINDOW: u64 = 8;
+
     #[test]
     fn a_sequential_stream_is_confirmed_then_its_window_grows() {
-        let mut ra = Readahead::new();
+        let mut ra = Readahead::new(4096);
         assert_eq!(ra.on_miss(100), None, "one miss is no stream");
         assert_eq!(
             ra.on_miss(101),
@@ -211,8 +258,22 @@ mod tests {
     }
 
     #[test]
+    fn a_miss_inside_the_window_reads_again_from_there() {
+        let mut ra = Readahead::new(4096);
+        ra.on_miss(10);
+        ra.on_miss(11);
+        let w = ra.on_miss(12).unwrap();
+        let far = ra.on_catch_up(w.start as PageNo + 1).unwrap();
+        assert!(far.start > w.start + w.count as i64 - 1);
+        // The pages read ahead were evicted before the program got there.
+        let again = ra.on_miss(w.start as PageNo + 2).expect("still the stream");
+        assert_eq!(again.start, w.start + 3);
+        assert!(again.count > 0);
+    }
+
+    #[test]
     fn catching_up_with_a_window_reads_the_next_one() {
-        let mut ra = Readahead::new();
+        let mut ra = Readahead::new(4096);
         ra.on_miss(10);
         ra.on_miss(11);
         let w = ra.on_miss(12).unwrap();
@@ -226,7 +287,7 @@ mod tests {
 
     #[test]
     fn strided_and_backward_streams_are_found() {
-        let mut ra = Readahead::new();
+        let mut ra = Readahead::new(4096);
         ra.on_miss(1000);
         assert_eq!(
             ra.on_miss(1004),
@@ -235,7 +296,7 @@ mod tests {
         );
         let w = ra.on_miss(1008).unwrap();
         assert_eq!((w.start, w.stride), (1012, 4));
-        let mut back = Readahead::new();
+        let mut back = Readahead::new(4096);
         back.on_miss(500);
         back.on_miss(499);
         let w = back.on_miss(498).unwrap();
@@ -243,8 +304,25 @@ mod tests {
     }
 
     #[test]
+    fn windows_are_sized_in_bytes() {
+        assert_eq!(max_window_pages(4096), 256);
+        assert_eq!(max_window_pages(64 << 10), 16);
+        assert_eq!(max_window_pages(2 << 20), MIN_MAX_WINDOW_PAGES);
+        let mut ra = Readahead::new(64 << 10);
+        ra.on_miss(0);
+        ra.on_miss(1);
+        let mut w = ra.on_miss(2).unwrap();
+        assert_eq!(w.count, 1, "32 KiB is under one 64 KiB page: one page");
+        for _ in 0..10 {
+            let next = (w.start + w.count as i64) as PageNo;
+            w = ra.on_miss(next).unwrap();
+        }
+        assert_eq!(w.count, 16, "1 MiB of 64 KiB pages at most");
+    }
+
+    #[test]
     fn random_misses_read_nothing_ahead() {
-        let mut ra = Readahead::new();
+        let mut ra = Readahead::new(4096);
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut windows = 0;
         for _ in 0..100_000 {

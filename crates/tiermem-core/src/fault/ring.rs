@@ -17,10 +17,11 @@ use std::io;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::readahead::{Readahead, Window, MAX_WINDOW};
+use super::readahead::{max_window_pages, Readahead, Window};
 use super::{
-    begin_fault, claim_for_prefetch, finish_read, prefetch_used, resolve_fault, Missing, PageRead,
-    FAULT_BATCH,
+    begin_fault, claim_for_prefetch, finish_read, finish_read_ahead_run, is_parked_read_ahead,
+    park_marker, park_state, prefetch_used, resolve_fault, unpark_marker, Missing, PageRead,
+    Parked, FAULT_BATCH,
 };
 use crate::io_config::PollMode;
 use crate::page_table::PageNo;
@@ -33,6 +34,7 @@ use crate::sys::uffd::{message_buffer, Fault};
 const TAG_UFFD: u64 = u64::MAX;
 const TAG_STOP: u64 = u64::MAX - 1;
 const TAG_PAUSE: u64 = u64::MAX - 2;
+const TAG_MARKER: u64 = u64::MAX - 3;
 /// How long to wait before retrying faults on busy pages when none of our
 /// own reads is in flight (the page's owner is another thread).
 const BUSY_RETRY_NS: u32 = 20_000;
@@ -41,10 +43,22 @@ const BUSY_RETRY_NS: u32 = 20_000;
 const POLL_NS: u64 = 200_000;
 /// Bytes of read buffer per handler, beyond one page per queue slot.
 const BUFFER_BYTES: usize = 4 << 20;
+/// Longest a read-ahead marker is held back for the program to reach it;
+/// after that it is installed like the rest of its window.
+const MARKER_HOLD_NS: u64 = 20_000_000;
+/// How often held markers are checked while nothing else happens.
+const MARKER_CHECK_NS: u32 = 2_000_000;
 /// Largest read-ahead request: big enough for the device's sequential
 /// bandwidth, small enough that the first pages arrive soon and several
 /// requests overlap.
 const MAX_RUN_BYTES: usize = 128 << 10;
+
+/// A read-ahead marker this handler parked: it waits unmapped until the
+/// program faults on it or it has waited long enough.
+struct ParkedMarker {
+    page: PageNo,
+    since_ns: u64,
+}
 
 /// One read request: pages in adjacent slots, landing in adjacent buffers.
 struct Io {
@@ -70,6 +84,7 @@ pub(crate) struct RingHandler<'a> {
     deferred: Vec<(PageNo, Fault)>,
     /// Prefetch groups in flight: demand page, requests still out.
     groups: Vec<(PageNo, usize)>,
+    markers: Vec<ParkedMarker>,
     readahead: Option<Readahead>,
     raw: Vec<linux_raw_sys::general::uffd_msg>,
     faults: Vec<Fault>,
@@ -82,7 +97,8 @@ impl<'a> RingHandler<'a> {
     /// fallback note.
     pub fn new(rt: &'a Shared) -> Result<RingHandler<'a>, String> {
         let depth = rt.config.io.depth as usize;
-        let pages = depth.max((BUFFER_BYTES / rt.page_size).min(2 * MAX_WINDOW as usize));
+        let max_window = max_window_pages(rt.page_size) as usize;
+        let pages = depth.max((BUFFER_BYTES / rt.page_size).min(2 * max_window));
         let entries = (depth * 2 + 8).next_power_of_two() as u32;
         let (ring, engine) = build_ring(rt, entries)?;
         let buffers = Mapping::reserve_aligned(
@@ -115,8 +131,9 @@ impl<'a> RingHandler<'a> {
             waiting: VecDeque::new(),
             deferred: Vec::new(),
             groups: Vec::new(),
+            markers: Vec::new(),
             readahead: (rt.config.io.readahead && rt.config.organization.prefetch.is_none())
-                .then(Readahead::new),
+                .then(|| Readahead::new(rt.page_size)),
             raw: message_buffer(FAULT_BATCH),
             faults: Vec::with_capacity(FAULT_BATCH),
             completions: Vec::with_capacity(entries as usize),
@@ -126,6 +143,7 @@ impl<'a> RingHandler<'a> {
             (rt.uffd.raw(), TAG_UFFD),
             (rt.stop_event.raw(), TAG_STOP),
             (rt.pause.event.raw(), TAG_PAUSE),
+            (rt.marker_reached.raw(), TAG_MARKER),
         ] {
             h.watch(fd, tag);
         }
@@ -152,6 +170,7 @@ impl<'a> RingHandler<'a> {
                 self.drain();
                 self.rt.pause.park();
             }
+            self.check_markers();
             self.retry_deferred();
             if self.uffd_ready {
                 self.read_faults();
@@ -165,12 +184,18 @@ impl<'a> RingHandler<'a> {
         if self.in_flight > 0 && self.poll_completions() {
             return;
         }
-        let result = if !self.deferred.is_empty() && self.in_flight == 0 {
-            let ts = types::Timespec::new().nsec(BUSY_RETRY_NS);
-            let args = types::SubmitArgs::new().timespec(&ts);
-            self.ring.submitter().submit_with_args(1, &args)
-        } else {
-            self.ring.submit_and_wait(1)
+        let timeout = match self.in_flight {
+            0 if !self.deferred.is_empty() => Some(BUSY_RETRY_NS),
+            0 if !self.markers.is_empty() => Some(MARKER_CHECK_NS),
+            _ => None,
+        };
+        let result = match timeout {
+            Some(ns) => {
+                let ts = types::Timespec::new().nsec(ns);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+            None => self.ring.submit_and_wait(1),
         };
         match result {
             Ok(_) => {}
@@ -226,6 +251,10 @@ impl<'a> RingHandler<'a> {
                     pause = true;
                     self.rearm_if_done(self.rt.pause.event.raw(), tag, flags);
                 }
+                TAG_MARKER => {
+                    self.rt.marker_reached.drain();
+                    self.rearm_if_done(self.rt.marker_reached.raw(), tag, flags);
+                }
                 first_buffer => self.complete(first_buffer as usize, result),
             }
         }
@@ -273,18 +302,117 @@ impl<'a> RingHandler<'a> {
             ));
         }
         let took = now_ns().saturating_sub(io.submitted_ns);
-        for (i, read) in io.reads.iter().enumerate() {
+        for read in &io.reads {
             self.rt.store().read_done(read.slot);
             if !read.prefetch {
                 self.rt.read_latency.record(took);
             }
-            finish_read(self.rt, read, self.buffer(first + i));
         }
         for used in &mut self.buffer_used[first..first + io.reads.len()] {
             *used = false;
         }
+        self.install_completed(first, &io.reads);
         if let Some(group) = io.reads[0].group {
             self.group_request_done(group);
+        }
+    }
+
+    /// Installs the pages of a completed request. Runs of read-ahead pages
+    /// go in with one call each; a marker is held back.
+    fn install_completed(&mut self, first: usize, reads: &[PageRead]) {
+        let mut run_start = 0;
+        for i in 0..=reads.len() {
+            let extends_run = reads.get(i).is_some_and(|r| {
+                let prev = &reads[i.max(1) - 1];
+                i > run_start && is_plain_read_ahead(r) && r.page == prev.page + 1
+            });
+            if extends_run {
+                continue;
+            }
+            self.install_run(first + run_start, &reads[run_start..i]);
+            run_start = i;
+            if let Some(marker) = reads.get(i).filter(|r| r.marker) {
+                if park_marker(self.rt, marker, self.buffer(first + i)) {
+                    self.markers.push(ParkedMarker {
+                        page: marker.page,
+                        since_ns: now_ns(),
+                    });
+                } else {
+                    finish_read(self.rt, marker, self.buffer(first + i));
+                }
+                run_start = i + 1;
+            }
+        }
+    }
+
+    /// Installs `reads` from the buffers starting at `first`.
+    fn install_run(&self, first: usize, reads: &[PageRead]) {
+        match reads {
+            [] => {}
+            [read] => finish_read(self.rt, read, self.buffer(first)),
+            _ if reads.iter().all(is_plain_read_ahead) => {
+                finish_read_ahead_run(self.rt, reads, self.buffer(first))
+            }
+            _ => {
+                for (i, read) in reads.iter().enumerate() {
+                    finish_read(self.rt, read, self.buffer(first + i));
+                }
+            }
+        }
+    }
+
+    /// Follows the markers this handler parked: one the program reached
+    /// (on any handler) starts the stream's next window; one left alone
+    /// too long is installed like the rest of its window.
+    fn check_markers(&mut self) {
+        let now = now_ns();
+        let mut i = 0;
+        while i < self.markers.len() {
+            let marker = &self.markers[i];
+            let page = marker.page;
+            match park_state(self.rt, page) {
+                Parked::Reached => {
+                    self.markers.swap_remove(i);
+                    self.continue_stream(page);
+                }
+                Parked::Waiting if now.saturating_sub(marker.since_ns) > MARKER_HOLD_NS => {
+                    self.markers.swap_remove(i);
+                    unpark_marker(self.rt, page, false);
+                }
+                Parked::Waiting => i += 1,
+            }
+        }
+    }
+
+    /// The program reached `page` inside a stream's window: read the next.
+    fn continue_stream(&mut self, page: PageNo) {
+        let window = self.readahead.as_mut().and_then(|ra| ra.on_catch_up(page));
+        if let Some(window) = window {
+            self.count_passed(&window, page);
+            self.prefetch(window);
+        }
+    }
+
+    /// The read-ahead pages the program passed on its way to `page` were
+    /// used without a fault: count them as hits.
+    fn count_passed(&self, window: &Window, page: PageNo) {
+        let pages = (self.rt.arena.len() / self.rt.page_size) as i64;
+        let mut q = window.passed_from;
+        while (page as i64 - q) * window.stride.signum() > 0 && (0..pages).contains(&q) {
+            prefetch_used(self.rt, q as PageNo);
+            q += window.stride;
+        }
+    }
+
+    /// A fault took a parked read-ahead page. If this handler parked it,
+    /// its stream continues here; otherwise the handler that did is told.
+    fn marker_reached(&mut self, page: PageNo) {
+        match self.markers.iter().position(|m| m.page == page) {
+            Some(i) => {
+                self.markers.swap_remove(i);
+                self.continue_stream(page);
+            }
+            None => self.rt.marker_reached.signal(),
         }
     }
 
@@ -314,16 +442,14 @@ impl<'a> RingHandler<'a> {
     }
 
     fn resolve(&mut self, page: PageNo, fault: &Fault) {
+        let parked = !fault.write_protect && is_parked_read_ahead(self.rt, page);
         match resolve_fault(self.rt, page, fault) {
+            Missing::Resolved if parked => self.marker_reached(page),
             Missing::Resolved => {}
             Missing::Busy => {
                 self.deferred.push((page, *fault));
-                if fault.write_protect {
-                    return;
-                }
-                let window = self.readahead.as_mut().and_then(|ra| ra.on_catch_up(page));
-                if let Some(window) = window {
-                    self.prefetch(window);
+                if !fault.write_protect {
+                    self.continue_stream(page);
                 }
             }
             Missing::Read(read) => match self.rt.config.organization.prefetch {
@@ -351,12 +477,7 @@ impl<'a> RingHandler<'a> {
         let Some(window) = self.readahead.as_mut().and_then(|ra| ra.on_miss(page)) else {
             return;
         };
-        let pages = (self.rt.arena.len() / self.rt.page_size) as i64;
-        let mut q = window.passed_from;
-        while q != page as i64 && (0..pages).contains(&q) {
-            prefetch_used(self.rt, q as PageNo);
-            q += window.stride;
-        }
+        self.count_passed(&window, page);
         self.prefetch(window);
     }
 
@@ -388,6 +509,9 @@ impl<'a> RingHandler<'a> {
         }
         if !run.is_empty() {
             runs.push(run);
+        }
+        if self.readahead.is_some() {
+            mark_middle(&mut runs);
         }
         self.group_with_demand(&mut runs);
         for run in runs {
@@ -526,11 +650,38 @@ impl<'a> RingHandler<'a> {
             self.wait();
             let (_, _) = self.reap();
         }
+        for marker in std::mem::take(&mut self.markers) {
+            unpark_marker(self.rt, marker.page, true);
+        }
     }
 
     fn buffer(&self, i: usize) -> *mut u8 {
         // SAFETY: `i` is a buffer index, so the offset stays inside the area.
         unsafe { self.buffers.as_ptr().add(i * self.rt.page_size) }
+    }
+}
+
+/// A read-ahead page that can be installed with its neighbours in one call.
+fn is_plain_read_ahead(read: &PageRead) -> bool {
+    read.prefetch && !read.write && !read.marker && read.group.is_none()
+}
+
+/// Makes the middle page of a read-ahead window its marker. A window of
+/// one page has none: the program's next miss past it continues the stream.
+fn mark_middle(runs: &mut [Vec<PageRead>]) {
+    let total: usize = runs.iter().map(Vec::len).sum();
+    if total < 2 {
+        return;
+    }
+    let mut index = total / 2;
+    for run in runs {
+        if index < run.len() {
+            if run[index].prefetch {
+                run[index].marker = true;
+            }
+            return;
+        }
+        index -= run.len();
     }
 }
 

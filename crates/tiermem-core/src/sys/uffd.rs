@@ -38,8 +38,9 @@ pub struct Fault {
 pub enum Copied {
     /// All bytes were installed and waiters woken.
     Done,
-    /// The page was already present: someone else resolved this fault.
-    AlreadyPresent,
+    /// A page was already present (someone else resolved its fault) after
+    /// `installed` bytes of the range were installed.
+    AlreadyPresent { installed: usize },
     /// A non-cooperative event is pending; nothing (or `n` bytes) was copied.
     Retry(usize),
 }
@@ -220,7 +221,7 @@ impl Uffd {
             }
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
-                Some(libc::EEXIST) => return Ok(Copied::AlreadyPresent),
+                Some(libc::EEXIST) => return Ok(Copied::AlreadyPresent { installed: done }),
                 Some(libc::EAGAIN) => {
                     if arg.copy > 0 {
                         done += arg.copy as usize;
