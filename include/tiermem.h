@@ -76,7 +76,8 @@ struct tm_stats {
     uint64_t prefetch_wasted;     /* read-ahead pages evicted unused */
     uint64_t conflict_evictions;  /* pages a miss evicted from its full set */
     uint64_t write_throughs;      /* written pages copied out by write-through */
-    uint64_t reserved[3];
+    uint64_t predicted_writes;    /* read faults installed writable: a write was predicted */
+    uint64_t reserved[2];
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

@@ -80,6 +80,21 @@ int main(int argc, char **argv) {
     CHECK(st.prefetch_issued > 0, "the sequential checks above must have been read ahead");
     CHECK(tm_stats(NULL) == -1 && errno == EINVAL, "tm_stats(NULL)");
 
+    /* Read-modify-write of random pages (a load, then a store): once most
+     * pages read in get written, read faults install them writable. */
+    volatile uint64_t *v = b;
+    uint64_t x = 88172645463325252ULL;
+    for (int n = 0; n < 20000; n++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        size_t i = (size_t)(x % (words / 512)) * 512;
+        uint64_t old = v[i];
+        v[i] = old ^ 1;
+        v[i] = old;
+    }
+    verify(b, words, 0xA11CE);
+    CHECK(tm_stats(&st) == 0, "tm_stats");
+    CHECK(st.predicted_writes > 0, "read-modify-write misses must be predicted as writes");
+
     tm_free(b);
     tm_free(NULL);
     CHECK(tm_stats(&st) == 0 && st.allocated_bytes == 0, "freed");

@@ -75,7 +75,9 @@ pub struct TmStats {
     pub prefetch_wasted: u64,
     pub conflict_evictions: u64,
     pub write_throughs: u64,
-    pub reserved: [u64; 3],
+    /// Read faults installed writable because a write was predicted.
+    pub predicted_writes: u64,
+    pub reserved: [u64; 2],
 }
 
 thread_local! {
@@ -312,7 +314,8 @@ fn to_c(s: &Stats) -> TmStats {
         prefetch_wasted: s.prefetch_wasted,
         conflict_evictions: s.conflict_evictions,
         write_throughs: s.write_throughs,
-        reserved: [0; 3],
+        predicted_writes: s.predicted_writes,
+        reserved: [0; 2],
     }
 }
 

@@ -18,10 +18,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::frames::FrameNo;
+use crate::io_config::IoEngine;
 use crate::page_table::{Kind, PageNo, PageState};
 use crate::runtime::Shared;
 use crate::stats::Counters;
-use crate::store::SlotWrite;
+use crate::store::{RingWriter, SlotWrite};
 use crate::sys::mem::Zapper;
 
 /// Pages per demotion or write batch.
@@ -62,6 +63,8 @@ struct Evictor<'a> {
     to_write: Vec<(PageNo, PageState, FrameNo)>,
     /// Write-through: written pages being copied out.
     written: Vec<(PageNo, PageState)>,
+    /// Writes through io_uring; `None`: the store's synchronous writes.
+    ring: Option<RingWriter>,
 }
 
 impl<'a> Evictor<'a> {
@@ -78,6 +81,16 @@ impl<'a> Evictor<'a> {
             writes: Vec::with_capacity(BATCH),
             to_write: Vec::with_capacity(BATCH),
             written: Vec::with_capacity(BATCH),
+            ring: write_ring(rt),
+        }
+    }
+
+    /// Writes `self.writes` to the store.
+    fn write_pages(&mut self) -> std::io::Result<()> {
+        let store = self.rt.store();
+        match self.ring.as_mut() {
+            Some(ring) => ring.write_batch(store, &self.writes),
+            None => store.write_batch(&self.writes),
         }
     }
 
@@ -347,7 +360,7 @@ impl<'a> Evictor<'a> {
                 src: rt.frames.ptr(frame),
             });
         }
-        if let Err(e) = rt.store().write_batch(&self.writes) {
+        if let Err(e) = self.write_pages() {
             // Nothing is lost: the pages stay in their frames. Put them back
             // in probation and try again later.
             rt.report_io_error(&e);
@@ -445,7 +458,7 @@ impl Evictor<'_> {
                 src: rt.page_addr(page) as *const u8,
             });
         }
-        if let Err(e) = rt.store().write_batch(&self.writes) {
+        if let Err(e) = self.write_pages() {
             rt.report_io_error(&e);
             for &slot in &self.slots {
                 rt.slots().free(slot);
@@ -522,6 +535,27 @@ pub(crate) fn take_fresh_slots(rt: &Shared, n: usize, out: &mut Vec<u64>) -> boo
     rt.fatal(
         "the backing store is full: no slot left for dirty pages; give tiermem a larger --backing",
     )
+}
+
+/// The evictor writes through its own io_uring when the fault path uses
+/// io_uring, and says so in the stats; otherwise, or where the ring cannot
+/// be set up, with the store's pwritev.
+fn write_ring(rt: &Shared) -> Option<RingWriter> {
+    if rt.config.io.engine != IoEngine::IoUring {
+        rt.note_write_engine("pwritev (TIERMEM_IO_ENGINE=psync)");
+        return None;
+    }
+    match RingWriter::new() {
+        Ok(ring) => {
+            rt.note_write_engine("io_uring");
+            Some(ring)
+        }
+        Err(e) => {
+            rt.note_write_engine("pwritev (io_uring unavailable)");
+            eprintln!("tiermem: io_uring is unavailable for write-back ({e}); using pwritev");
+            None
+        }
+    }
 }
 
 /// A read-ahead page leaves DRAM without having been used.

@@ -80,6 +80,8 @@ pub(crate) struct Shared {
     probation_queue: Mutex<VecDeque<PageNo>>,
     /// How faults read pages, for the stats (set by the first handler).
     io_engine: Mutex<&'static str>,
+    /// How the evictor writes pages, for the stats (set by the evictor).
+    write_engine: Mutex<&'static str>,
     io_fallback_reported: AtomicBool,
     /// Read ends of one pipe per forked child that still shares our slots.
     pub fork_leases: Mutex<Vec<OwnedFd>>,
@@ -126,6 +128,10 @@ impl Shared {
 
     pub fn note_io_engine(&self, engine: &'static str) {
         *self.io_engine.lock().unwrap_or_else(|p| p.into_inner()) = engine;
+    }
+
+    pub fn note_write_engine(&self, engine: &'static str) {
+        *self.write_engine.lock().unwrap_or_else(|p| p.into_inner()) = engine;
     }
 
     /// io_uring could not be set up: say why once, and read with pread.
@@ -344,6 +350,7 @@ impl Runtime {
             probation_queue: Mutex::new(VecDeque::new()),
             fork_leases: Mutex::new(Vec::new()),
             io_engine: Mutex::new("pread"),
+            write_engine: Mutex::new("pwritev"),
             io_fallback_reported: AtomicBool::new(false),
             evictor_wake: (Mutex::new(false), Condvar::new()),
             io_error_reported: AtomicBool::new(false),
@@ -614,6 +621,7 @@ impl Runtime {
         s.organization = rt.config.organization.describe();
         let info = rt.store().info();
         s.io_engine = *rt.io_engine.lock().unwrap_or_else(|p| p.into_inner());
+        s.write_engine = *rt.write_engine.lock().unwrap_or_else(|p| p.into_inner());
         s.backing_path = info.path.display().to_string();
         s.backing_is_block_device = info.block_device;
         s.direct_io = info.direct_io;

@@ -192,7 +192,10 @@ pub struct Stats {
     pub policy: &'static str,
     /// Associativity, prefetch, write policy and inclusion, in words.
     pub organization: String,
+    /// How faults read pages.
     pub io_engine: &'static str,
+    /// How the evictor writes pages.
+    pub write_engine: &'static str,
     pub direct_io: bool,
 }
 

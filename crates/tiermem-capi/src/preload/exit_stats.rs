@@ -79,7 +79,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
          page-outs       {outs} ({written} written), clean drops {clean}, zero drops {zdrops}\n\
          fault latency   mean {mean}, p50 {p50}, p90 {p90}, p99 {p99}, p99.9 {p999}, max {max}\n\
          page-in         p50 {pi50} (device read p50 {rd50}), p99 {pi99} (device read p99 {rd99})\n\
-         backing         {path} ({engine}{direct}), {stored} stored now\n",
+         backing         {path} (reads: {engine}, writes: {wengine}{direct}), {stored} stored now\n",
         budget = mib(s.budget_bytes),
         peak = mib(s.peak_resident_bytes),
         peak_pct = pct(s.peak_resident_bytes, s.budget_bytes),
@@ -113,6 +113,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         rd99 = us(s.read_latency.p99_ns),
         path = s.backing_path,
         engine = s.io_engine,
+        wengine = s.write_engine,
         direct = if s.direct_io { ", O_DIRECT" } else { "" },
         prefetch = s.prefetch_issued,
         phits = s.prefetch_hits,

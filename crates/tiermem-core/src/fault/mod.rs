@@ -366,13 +366,22 @@ pub(crate) fn unpark_marker(rt: &Shared, page: PageNo, wake: bool) {
     finish_resident(rt, page, state, false);
 }
 
-/// A read-ahead page turned out to be used.
+/// A read-ahead page turned out to be used. A page someone owns right now
+/// is left alone: its owner counts it (a write fault as a hit, eviction as
+/// waste), so no page counts twice.
 pub(crate) fn prefetch_used(rt: &Shared, page: PageNo) {
-    let before = rt
-        .table
-        .update_returning_old(page, |s| s.with_prefetched(false));
-    if before.is_prefetched() {
-        Counters::add(&rt.counters.prefetch_hits, 1);
+    loop {
+        let state = rt.table.load(page);
+        if !state.is_prefetched() || !matches!(state.kind(), Kind::Resident | Kind::Probation) {
+            return;
+        }
+        if rt
+            .table
+            .transition(page, state, state.with_prefetched(false))
+        {
+            Counters::add(&rt.counters.prefetch_hits, 1);
+            return;
+        }
     }
 }
 

@@ -144,10 +144,16 @@ impl Readahead {
             }
         })?;
         // Two windows in flight ahead of the program keep the device busy;
-        // more would only hold DRAM and buffers.
-        let s = &self.streams[i];
+        // more would only hold DRAM and buffers: then the window is empty,
+        // but the pages passed are still counted.
+        let s = &mut self.streams[i];
         if (s.ahead - p) / s.stride > 2 * self.max_window as i64 {
-            return None;
+            return Some(Window {
+                start: s.ahead,
+                stride: s.stride,
+                count: 0,
+                passed_from: s.pass(p),
+            });
         }
         self.clock += 1;
         let window = self.grow(self.streams[i].window);

@@ -273,6 +273,10 @@ impl Store for FileStore {
         self.drop_cached(self.offset(slot), self.page_size);
     }
 
+    fn write_done(&self, first: u64, count: usize) {
+        self.drop_cached(self.offset(first), count * self.page_size);
+    }
+
     fn write_batch(&self, writes: &[SlotWrite]) -> io::Result<()> {
         let mut run_start = 0;
         while run_start < writes.len() {

@@ -27,6 +27,14 @@ impl ForkedStore {
             boundary,
         }
     }
+    /// The child's own numbering of `slot`; the parent's slots are read-only.
+    fn own_slot(&self, slot: u64) -> io::Result<u64> {
+        slot.checked_sub(self.boundary).ok_or_else(|| {
+            io::Error::other(format!(
+                "slot {slot} belongs to the parent process and is read-only"
+            ))
+        })
+    }
 }
 
 impl Store for ForkedStore {
@@ -72,15 +80,20 @@ impl Store for ForkedStore {
     fn write_batch(&self, writes: &[SlotWrite]) -> io::Result<()> {
         let mut own = Vec::with_capacity(writes.len());
         for w in writes {
-            let Some(slot) = w.slot.checked_sub(self.boundary) else {
-                return Err(io::Error::other(format!(
-                    "slot {} belongs to the parent process and is read-only",
-                    w.slot
-                )));
-            };
-            own.push(SlotWrite { slot, src: w.src });
+            own.push(SlotWrite {
+                slot: self.own_slot(w.slot)?,
+                src: w.src,
+            });
         }
         self.own.write_batch(&own)
+    }
+    fn write_target(&self, slot: u64) -> io::Result<(RawFd, u64)> {
+        self.own.write_target(self.own_slot(slot)?)
+    }
+    fn write_done(&self, first: u64, count: usize) {
+        if let Ok(own) = self.own_slot(first) {
+            self.own.write_done(own, count);
+        }
     }
     fn info(&self) -> StoreInfo {
         self.own.info()

@@ -7,6 +7,7 @@
 
 mod file;
 mod forked;
+mod ring_writer;
 mod slots;
 
 use std::io;
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 
 pub use file::FileStore;
 pub use forked::ForkedStore;
+pub use ring_writer::RingWriter;
 pub use slots::SlotAllocator;
 
 use crate::error::Result;
@@ -66,5 +68,13 @@ pub trait Store: Send + Sync {
     fn read_done(&self, _slot: u64) {}
     /// Writes pages sorted by slot, merging runs of adjacent slots into one request.
     fn write_batch(&self, writes: &[SlotWrite]) -> io::Result<()>;
+    /// Where an asynchronous write of `slot` goes (see [`RingWriter`]), or
+    /// why it may not be written.
+    fn write_target(&self, slot: u64) -> io::Result<(RawFd, u64)> {
+        Ok(self.read_target(slot))
+    }
+    /// After an asynchronous write of `count` slots from `first` completed
+    /// (drops them from the page cache where the store cannot bypass it).
+    fn write_done(&self, _first: u64, _count: usize) {}
     fn info(&self) -> StoreInfo;
 }
