@@ -313,8 +313,7 @@ pub(crate) fn park_marker(rt: &Shared, read: &PageRead, buf: *const u8) -> bool 
     // SAFETY: `buf` holds the page just read, and the frame is ours; both
     // are runtime-owned and page-sized.
     unsafe { std::ptr::copy_nonoverlapping(buf, rt.frames.ptr(frame), rt.page_size) };
-    Counters::add(&rt.counters.page_ins, 1);
-    Counters::add(&rt.counters.bytes_read, rt.page_size as u64);
+    count_page_ins(rt, 1);
     Counters::add(&rt.counters.prefetch_issued, 1);
     rt.table.set_frame(read.page, frame);
     rt.table.finish(
@@ -390,6 +389,7 @@ pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
     // Read-ahead wakes no one: nobody waits for it (a fault that arrived
     // meanwhile is retried and finds the page resident).
     let wake = !read.prefetch && read.group.is_none();
+    count_page_ins(rt, 1);
     install_with(rt, read.page, buf, !owns_store_copy(rt, read), wake);
     publish_read(rt, read);
 }
@@ -405,6 +405,7 @@ pub(crate) fn finish_read_ahead_run(rt: &Shared, reads: &[PageRead], buf: *const
         && !r.write
         && r.group.is_none()
         && r.page == first.page + i as PageNo));
+    count_page_ins(rt, reads.len() as u64);
     install_pages(
         rt,
         first.page,
@@ -427,10 +428,15 @@ fn owns_store_copy(rt: &Shared, read: &PageRead) -> bool {
     read.write || rt.config.organization.inclusion == Inclusion::Exclusive
 }
 
+/// Counted before the install wakes anyone, so a woken thread that reads
+/// the stats sees its own page-in.
+fn count_page_ins(rt: &Shared, pages: u64) {
+    Counters::add(&rt.counters.page_ins, pages);
+    Counters::add(&rt.counters.bytes_read, pages * rt.page_size as u64);
+}
+
 /// The bookkeeping of a page read that is now installed.
 fn publish_read(rt: &Shared, read: &PageRead) {
-    Counters::add(&rt.counters.page_ins, 1);
-    Counters::add(&rt.counters.bytes_read, rt.page_size as u64);
     let new = if owns_store_copy(rt, read) {
         rt.slots().free(read.slot);
         PageState::FREE.with_dirty(true)

@@ -6,11 +6,14 @@
 //! completed reads alike. Faults are read in batches; a page that must come
 //! from the store is claimed and its read submitted at once. Read-ahead adds
 //! the pages a stream will want next, and pages whose slots are adjacent
-//! are read with one large request (a sequential scan becomes reads of up
-//! to a megabyte). Reads land in one runtime-owned area registered with the
-//! ring, never in tiered memory. Each page is installed the moment its read
-//! completes. A fault on a page someone else owns right now is set aside
-//! and retried after the next completion.
+//! are read with one large request (a sequential scan becomes reads of
+//! 128 KiB). Reads land in one runtime-owned area registered with the
+//! ring, never in tiered memory. Each request's pages are installed the
+//! moment it completes, a run of read-ahead pages with one call. The middle
+//! page of each read-ahead window is parked as a marker: the program's
+//! fault on it, on any handler, starts the next window. A fault on a page
+//! someone else owns right now is set aside and retried after the next
+//! completion.
 
 use std::collections::VecDeque;
 use std::io;
@@ -318,7 +321,7 @@ impl<'a> RingHandler<'a> {
     }
 
     /// Installs the pages of a completed request. Runs of read-ahead pages
-    /// go in with one call each; a marker is held back.
+    /// go in with one call each; a window's marker is parked instead.
     fn install_completed(&mut self, first: usize, reads: &[PageRead]) {
         let mut run_start = 0;
         for i in 0..=reads.len() {
