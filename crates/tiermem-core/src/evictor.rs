@@ -88,10 +88,15 @@ impl<'a> Evictor<'a> {
     /// Writes `self.writes` to the store.
     fn write_pages(&mut self) -> std::io::Result<()> {
         let store = self.rt.store();
-        match self.ring.as_mut() {
-            Some(ring) => ring.write_batch(store, &self.writes),
-            None => store.write_batch(&self.writes),
+        let Some(ring) = self.ring.as_mut() else {
+            return store.write_batch(&self.writes);
+        };
+        let result = ring.write_batch(store, &self.writes);
+        if !ring.is_usable() {
+            self.ring = None;
+            self.rt.note_write_engine("pwritev (io_uring failed)");
         }
+        result
     }
 
     /// Parks for a fork. The probation queue is handed to `Shared` first, so

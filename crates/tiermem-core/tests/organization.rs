@@ -242,6 +242,34 @@ fn exclusive_writes_unmodified_pages_back_and_inclusive_does_not() {
     }
 }
 
+/// Exclusive with adaptive read-ahead: a window's marker, parked in DRAM
+/// and then installed when the program stops short of it, holds no slot
+/// either; DRAM and store stay disjoint.
+#[test]
+fn exclusive_read_ahead_markers_hold_no_slot() {
+    let rt = runtime(
+        org(0, None, WritePolicy::WriteBack, Inclusion::Exclusive),
+        4096,
+        IoSettings::default(),
+    );
+    let len = 4 * BUDGET as usize;
+    let a = rt.alloc(len).expect("alloc").as_ptr();
+    write_all(a, len, 5);
+    // A scan that stops mid-window, then a pause long enough for parked
+    // markers to be installed.
+    read_all(a, len / 2, 5);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let s = rt.stats();
+    assert!(s.prefetch_issued > 0, "the scan must be read ahead: {s:?}");
+    let (stored, resident) = (s.stored_bytes / UNIT as u64, s.resident_bytes / UNIT as u64);
+    assert!(
+        stored + resident <= (len / UNIT) as u64,
+        "{stored} pages stored and {resident} in DRAM, of {}: {s:?}",
+        len / UNIT
+    );
+    read_all(a, len, 5);
+}
+
 /// A fixed prefetch degree reads that many pages after each miss, and 0
 /// turns prefetching off (the adaptive read-ahead would read ahead here).
 #[test]

@@ -316,13 +316,10 @@ pub(crate) fn park_marker(rt: &Shared, read: &PageRead, buf: *const u8) -> bool 
     count_page_ins(rt, 1);
     Counters::add(&rt.counters.prefetch_issued, 1);
     rt.table.set_frame(read.page, frame);
-    rt.table.finish(
-        read.page,
-        PageState::FREE
-            .with_kind(Kind::Probation)
-            .with_slot(Some(read.slot))
-            .with_prefetched(true),
-    );
+    let parked = read_in_state(rt, read)
+        .with_kind(Kind::Probation)
+        .with_prefetched(true);
+    rt.table.finish(read.page, parked);
     true
 }
 
@@ -360,7 +357,7 @@ pub(crate) fn unpark_marker(rt: &Shared, page: PageNo, wake: bool) {
         return;
     }
     let frame = rt.table.frame(page);
-    install_with(rt, page, rt.frames.ptr(frame), true, wake);
+    install_with(rt, page, rt.frames.ptr(frame), !state.is_dirty(), wake);
     rt.frames.release(frame);
     finish_resident(rt, page, state, false);
 }
@@ -435,14 +432,20 @@ fn count_page_ins(rt: &Shared, pages: u64) {
     Counters::add(&rt.counters.bytes_read, pages * rt.page_size as u64);
 }
 
-/// The bookkeeping of a page read that is now installed.
-fn publish_read(rt: &Shared, read: &PageRead) {
-    let new = if owns_store_copy(rt, read) {
+/// The state of a page just read from its slot: clean with the slot, or
+/// dirty with the slot given up if DRAM holds the only copy now.
+fn read_in_state(rt: &Shared, read: &PageRead) -> PageState {
+    if owns_store_copy(rt, read) {
         rt.slots().free(read.slot);
         PageState::FREE.with_dirty(true)
     } else {
         PageState::FREE.with_slot(Some(read.slot))
-    };
+    }
+}
+
+/// The bookkeeping of a page read that is now installed.
+fn publish_read(rt: &Shared, read: &PageRead) {
+    let new = read_in_state(rt, read);
     if read.prefetch {
         Counters::add(&rt.counters.prefetch_issued, 1);
         finish_resident(rt, read.page, new.with_prefetched(true), false);
