@@ -18,6 +18,16 @@ pub struct BenchPlan {
     pub tiermem: tiermem_core::Config,
     /// The worker executable and the arguments before `<mode> <spec>`.
     pub worker: (PathBuf, Vec<String>),
+    /// CPUs every worker is restricted to, the same for every mode; `None`
+    /// leaves placement to the scheduler.
+    pub cpus: Option<Placement>,
+}
+
+/// The CPUs of `--cpus` and why those.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub cpus: Vec<usize>,
+    pub why: String,
 }
 
 /// Runs every mode of the plan. A mode that cannot run yields a result with
@@ -61,6 +71,9 @@ fn run_mode(
         .arg(serde_json::to_string(&plan.workload)?)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
+    if let Some(placement) = &plan.cpus {
+        tiermem_core::cpus::restrict_command(&mut cmd, &placement.cpus);
+    }
     let mut sandbox = None;
     match mode {
         Mode::Tiermem => {

@@ -474,6 +474,11 @@ impl WorkingSet for TiermemSet {
             ("fault_p50_ns", l.p50_ns),
             ("fault_p99_ns", l.p99_ns),
             ("fault_mean_ns", l.mean_ns),
+            // The handlers' view of a miss: from reading the fault to the
+            // install, and the device read within it. The program's own
+            // miss latency minus these is the userfaultfd round trip.
+            ("page_in_p50_ns", s.page_in_latency.p50_ns),
+            ("read_p50_ns", s.read_latency.p50_ns),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v as f64))

@@ -9,9 +9,10 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tiermem_bench::report::{self, DeviceRef};
 use tiermem_bench::result::{Mode, ModeResult};
-use tiermem_bench::runner::{run_plan, BenchPlan};
+use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
 use tiermem_bench::scan_resistance::ScanShape;
 use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
+use tiermem_core::cpus::{format_cpu_list, CpuChoice};
 use tiermem_core::{parse_size, Config, PolicyKind};
 
 /// Working set of the pattern workload when `--working-set` is not given.
@@ -119,6 +120,13 @@ pub struct BenchArgs {
     /// Print the results as JSON on stdout (nothing else goes to stdout).
     #[arg(long)]
     json: bool,
+    /// Run every mode's worker on these CPUs only, as `taskset` would: a CPU
+    /// list (1, 0,2-3) or `irq`, the CPUs that take the interrupts of the
+    /// backing store's device. The same for every mode, so ratios stay fair.
+    /// The device check runs there too. Default: wherever the scheduler puts
+    /// them.
+    #[arg(long, value_name = "LIST|irq")]
+    cpus: Option<CpuChoice>,
     /// Seed of the access pattern, identical in every mode.
     #[arg(long, default_value_t = 0x7469_6572)]
     seed: u64,
@@ -163,6 +171,15 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         args.modes.clone()
     };
     let exe = std::env::current_exe().context("locating the tiermem binary")?;
+    let cpus = match &args.cpus {
+        Some(choice) => {
+            let (cpus, why) = choice
+                .resolve(&tiermem.backing)
+                .map_err(|e| anyhow::anyhow!("--cpus: {e}"))?;
+            Some(Placement { cpus, why })
+        }
+        None => None,
+    };
     Ok(BenchPlan {
         workload: WorkloadSpec {
             working_set_bytes: working_set,
@@ -178,6 +195,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         modes,
         tiermem,
         worker: (exe, vec!["__bench-worker".into()]),
+        cpus,
     })
 }
 
@@ -213,6 +231,11 @@ fn workload_and_working_set(args: &BenchArgs, tiermem: &Config) -> anyhow::Resul
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     let plan = plan(args)?;
+    if let Some(placement) = &plan.cpus {
+        // The device check runs on this thread: measure where the workers run.
+        tiermem_core::sys::thread::restrict_current_thread(&placement.cpus)
+            .context("restricting the bench to --cpus")?;
+    }
     let device = if args.no_device_check {
         None
     } else {
@@ -275,6 +298,18 @@ fn print_human(
 
 /// One line saying what ran.
 fn headline(plan: &BenchPlan) -> String {
+    match &plan.cpus {
+        Some(p) => format!(
+            "{}\nevery mode on CPU(s) {} ({})",
+            workload_line(plan),
+            format_cpu_list(&p.cpus),
+            p.why
+        ),
+        None => workload_line(plan),
+    }
+}
+
+fn workload_line(plan: &BenchPlan) -> String {
     let w = &plan.workload;
     let budget = report::human_bytes(plan.tiermem.dram_budget);
     let page = report::human_bytes(w.page_size);
@@ -347,6 +382,10 @@ fn print_json(
         "policy": plan.tiermem.policy.name(),
         "backing": plan.tiermem.backing,
         "device_qd1_read_us": device.and_then(|d| d.qd1_read_latency_us),
+        "cpus": plan.cpus.as_ref().map(|p| serde_json::json!({
+            "list": p.cpus,
+            "why": p.why,
+        })),
         "summary": summary,
         "ratios": ratios,
         "results": results,

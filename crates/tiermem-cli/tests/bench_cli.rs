@@ -33,6 +33,18 @@ fn our_cgroups(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The JSON report of a bench run that must have succeeded, and its text.
+fn successful_json(out: &std::process::Output) -> (serde_json::Value, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = serde_json::from_str(&stdout).expect("--json prints only JSON");
+    (json, stdout)
+}
+
 #[test]
 fn bench_runs_every_mode_and_verifies_every_page() {
     let out = tiermem()
@@ -57,13 +69,7 @@ fn bench_runs_every_mode_and_verifies_every_page() {
         ])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints only JSON");
+    let (json, stdout) = successful_json(&out);
     let results = json["results"].as_array().unwrap();
     let expected_modes = if is_root() { 3 } else { 2 };
     let ran: Vec<&serde_json::Value> = results
@@ -89,6 +95,46 @@ fn bench_runs_every_mode_and_verifies_every_page() {
 }
 
 #[test]
+fn cpus_places_every_mode_and_is_reported() {
+    let status = std::fs::read_to_string("/proc/self/status").expect("our status");
+    let cpu: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(|list| list.trim().split([',', '-']).next()?.parse().ok())
+        .expect("a CPU we may use");
+    let out = tiermem()
+        .args(["bench", "--working-set", "16M", "--dram", "8M"])
+        .args([
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0",
+            "--modes",
+            "dram,tiermem",
+        ])
+        .args(["--cpus", &cpu.to_string(), "--json", "--no-device-check"])
+        .output()
+        .unwrap();
+    let (json, _) = successful_json(&out);
+    assert_eq!(
+        json["cpus"]["list"],
+        serde_json::json!([cpu]),
+        "{}",
+        json["cpus"]
+    );
+    for r in json["results"].as_array().unwrap() {
+        assert!(r["accesses"].as_u64().unwrap_or(0) > 0, "{}", r["mode"]);
+        assert_eq!(r["verify"]["lost"].as_u64(), Some(0), "{}", r["verify"]);
+        assert_eq!(
+            r["verify"]["corrupted"].as_u64(),
+            Some(0),
+            "{}",
+            r["verify"]
+        );
+    }
+}
+
+#[test]
 fn bad_flags_are_refused_clearly() {
     let out = tiermem()
         .args(["bench", "--dram", "lots"])
@@ -108,6 +154,13 @@ fn bad_flags_are_refused_clearly() {
     assert!(!out.status.success());
     assert!(
         err.contains("zipf:abc") && err.contains("uniform") && err.contains("sequential"),
+        "the value and the accepted forms must be named: {err}"
+    );
+    let out = tiermem().args(["bench", "--cpus", "0,x"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--cpus") && err.contains("\"x\"") && err.contains("irq"),
         "the value and the accepted forms must be named: {err}"
     );
 }

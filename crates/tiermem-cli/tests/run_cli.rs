@@ -411,6 +411,76 @@ fn the_program_sees_the_resolved_configuration() {
     assert_eq!(preload.split(':').next(), lib.to_str(), "{stdout}");
 }
 
+/// The first CPU this test may run on, from its own status file.
+fn first_allowed_cpu() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").expect("our status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list");
+    list.trim()
+        .split([',', '-'])
+        .next()
+        .expect("a CPU")
+        .to_string()
+}
+
+#[test]
+fn cpus_restricts_the_program_to_those_cpus() {
+    let s = Scratch::new();
+    let cpu = first_allowed_cpu();
+    for choice in [cpu.as_str(), "irq"] {
+        let out = output_within(
+            &mut s.tiermem_run(&[
+                "--dram",
+                "64M",
+                "--cpus",
+                choice,
+                "--",
+                "grep",
+                "Cpus_allowed_list",
+                "/proc/self/status",
+            ]),
+            Duration::from_secs(60),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if choice == "irq" && out.status.code() == Some(2) {
+            // No block device with MSI interrupts under the backing store
+            // (a container, tmpfs): refused with the reason.
+            assert!(stderr.contains("--cpus"), "{stderr}");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let allowed = stdout.split_whitespace().last().unwrap_or_default();
+        if choice == cpu {
+            assert_eq!(allowed, cpu, "{stdout}");
+        } else {
+            assert!(!allowed.is_empty(), "{stdout}");
+        }
+    }
+}
+
+#[test]
+fn bad_cpus_stop_before_the_program() {
+    let s = Scratch::new();
+    let tail = s.touch_marker();
+    let mut cmd = s.tiermem_run(&with_marker(&["--cpus", "3-1"], &tail));
+    let out = output_within(&mut cmd, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!s.marker().exists(), "the program started: {stderr}");
+    for word in ["--cpus", "3-1", "runs backwards", "irq"] {
+        assert!(stderr.contains(word), "{word} missing: {stderr}");
+    }
+    let cmd = s.tiermem_run(&with_marker(&["--cpus", "1023"], &tail));
+    let msg = s.expect_stop(cmd, 2);
+    assert!(
+        msg.contains("CPU 1023 is not one this process may run on"),
+        "{msg}"
+    );
+}
+
 /// The environment exactly as the program was started with it: what
 /// /proc/<pid>/environ records at exec, whatever the library does later.
 #[test]

@@ -645,17 +645,20 @@ impl Drop for Runtime {
 /// Starts the fault handlers and the evictor.
 pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
     let mut threads = Vec::new();
-    let cpus = online_cpus();
+    let cpus = crate::sys::thread::allowed_cpus();
     for i in 0..shared.config.handler_threads {
         let s = Arc::clone(shared);
         let cpu = cpus.get(i % cpus.len().max(1)).copied();
         threads.push(spawn(format!("tiermem-fault{i}"), move || {
-            // One handler per CPU: the handler woken on the faulting
-            // thread's CPU usually reads the fault first, and its wake-up
-            // of that thread stays local. Cross-CPU wake-ups measured
-            // 15-30 us per fault on a 2-vCPU VM.
+            // One handler per CPU, so that a handler runs wherever faults
+            // happen. It does not make a miss local: a handler already
+            // running elsewhere often reads the fault first, and the
+            // scheduler moves a woken thread away from a busy handler's
+            // CPU. Measured no worse than one unpinned handler
+            // (BENCHMARKS.md, "Where a miss spends its time").
             if let Some(cpu) = cpu {
-                pin_to_cpu(cpu);
+                // Best effort: placement is a matter of speed only.
+                let _ = crate::sys::thread::pin_current_thread(cpu);
             }
             handler_loop(&s)
         })?);
@@ -663,31 +666,6 @@ pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
     let s = Arc::clone(shared);
     threads.push(spawn("tiermem-evict".into(), move || evictor_loop(&s))?);
     Ok(threads)
-}
-
-/// The CPUs this process may run on.
-fn online_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid cpu_set_t of the size we pass.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Vec::new();
-    }
-    // SAFETY: CPU_ISSET reads the set we own.
-    (0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect()
-}
-
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: as in `online_cpus`; setting our own thread's affinity.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 static THREAD_START_HOOK: OnceLock<fn()> = OnceLock::new();

@@ -91,3 +91,72 @@ fn set_name(name: &str) {
     // SAFETY: `buf` is NUL-terminated; naming our own thread.
     unsafe { libc::pthread_setname_np(libc::pthread_self(), buf.as_ptr().cast()) };
 }
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size we pass.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads the set we own.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Restricts the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    restrict_current_thread(&[cpu])
+}
+
+/// Restricts the calling thread to `cpus`. Allocates nothing, so it may run
+/// between fork and exec.
+pub fn restrict_current_thread(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `cpu` is below CPU_SETSIZE, so CPU_SET writes inside `set`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size we pass; this sets the
+    // calling thread's own affinity.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_thread_runs_on_its_cpu() {
+        let cpus = allowed_cpus();
+        let last = *cpus.last().expect("this process may run somewhere");
+        let ran_on = std::thread::spawn(move || {
+            pin_current_thread(last).expect("pinning to an allowed CPU");
+            // SAFETY: sched_getcpu has no preconditions.
+            unsafe { libc::sched_getcpu() }
+        })
+        .join()
+        .expect("the pinned thread");
+        assert_eq!(ran_on, last as i32);
+        let absent = libc::CPU_SETSIZE as usize - 1;
+        if !cpus.contains(&absent) {
+            let refused = std::thread::spawn(move || pin_current_thread(absent).is_err());
+            assert!(
+                refused.join().expect("the refused thread"),
+                "pinned to CPU {absent}"
+            );
+        }
+    }
+}

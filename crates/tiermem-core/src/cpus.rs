@@ -1,0 +1,251 @@
+//! Where a paging program runs: `--cpus LIST|irq` of `tiermem run` and
+//! `tiermem bench`.
+//!
+//! A miss served through userfaultfd wakes two threads: the handler, then
+//! the faulting thread. On a small VM each wake-up across vCPUs is an
+//! inter-processor interrupt that costs the waker 10-15 µs, and the device's
+//! completion interrupt lands on one vCPU. Running a single-threaded program
+//! with its handlers on the CPU that takes the backing device's interrupts
+//! keeps a miss on one CPU; on the 2-vCPU test machine that took the miss
+//! p50 from 108 µs to 62-68 µs (BENCHMARKS.md, "Where a miss spends its
+//! time"). The scheduler will not find that placement by itself: it wakes a
+//! thread on an idle CPU rather than beside a busy handler.
+//!
+//! This only restricts where the process may run, as `taskset` does. It is
+//! opt-in: a program with several busy threads wants more than one CPU.
+
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::sys::thread::{allowed_cpus, restrict_current_thread};
+
+/// A `--cpus` value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CpuChoice {
+    /// These CPUs.
+    List(Vec<usize>),
+    /// The CPUs that take the interrupts of the backing store's device.
+    DeviceIrq,
+}
+
+/// What `--cpus` accepts, for error messages and help.
+pub const CPUS_FORMS: &str =
+    "a CPU list such as 1 or 0,2-3, or `irq` for the CPUs taking the backing device's interrupts";
+
+impl std::str::FromStr for CpuChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<CpuChoice, String> {
+        match s.trim() {
+            "irq" => Ok(CpuChoice::DeviceIrq),
+            list => parse_cpu_list(list).map(CpuChoice::List),
+        }
+    }
+}
+
+impl CpuChoice {
+    /// The CPUs meant, with the reason for them, checked against the CPUs
+    /// this process may use. `backing` locates the device for `irq`.
+    pub fn resolve(&self, backing: &Path) -> Result<(Vec<usize>, String), String> {
+        let (cpus, why) = match self {
+            CpuChoice::List(cpus) => (cpus.clone(), "as asked".to_string()),
+            CpuChoice::DeviceIrq => {
+                let (cpus, device) = device_irq_cpus(backing)?;
+                (cpus, format!("the CPUs taking the interrupts of {device}"))
+            }
+        };
+        let allowed = allowed_cpus();
+        if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+            return Err(format!(
+                "CPU {bad} is not one this process may run on (allowed: {})",
+                format_cpu_list(&allowed)
+            ));
+        }
+        Ok((cpus, why))
+    }
+}
+
+/// Parses a CPU list as the kernel writes them: `0`, `0,2`, `1-3,6`.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let bad = |why: &str| format!("bad CPU list {s:?}: {why}; expected {CPUS_FORMS}");
+    if s.trim().is_empty() {
+        return Err(bad("it is empty"));
+    }
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',') {
+        let number = |n: &str| {
+            n.trim()
+                .parse::<usize>()
+                .map_err(|_| bad(&format!("{n:?} is not a CPU number")))
+        };
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => (number(part)?, number(part)?),
+        };
+        if first > last {
+            return Err(bad(&format!("range {part} runs backwards")));
+        }
+        if last >= libc::CPU_SETSIZE as usize {
+            return Err(bad(&format!(
+                "CPU {last} is beyond {}",
+                libc::CPU_SETSIZE - 1
+            )));
+        }
+        cpus.extend(first..=last);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// `[0, 1, 2, 5]` as `0-2,5`.
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(match i == j {
+            true => cpus[i].to_string(),
+            false => format!("{}-{}", cpus[i], cpus[j]),
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// The CPUs that take the interrupts of the block device holding `path`,
+/// and the device's name. Found through sysfs: the device's ancestors up to
+/// the one with MSI interrupts, then each interrupt's effective affinity.
+pub fn device_irq_cpus(path: &Path) -> Result<(Vec<usize>, String), String> {
+    let existing = path
+        .ancestors()
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("{} does not exist", path.display()))?;
+    let dev = std::fs::metadata(existing)
+        .map_err(|e| format!("cannot stat {}: {e}", existing.display()))?
+        .dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    let device = std::fs::canonicalize(&sys).map_err(|e| {
+        format!(
+            "{} is not on a block device tiermem can find ({}: {e})",
+            existing.display(),
+            sys.display()
+        )
+    })?;
+    let name = device
+        .file_name()
+        .map_or_else(|| "?".into(), |n| n.to_string_lossy().into_owned());
+    let irqs = device
+        .ancestors()
+        .map(|dir| dir.join("msi_irqs"))
+        .find(|dir| dir.is_dir())
+        .ok_or_else(|| {
+            format!(
+                "no MSI interrupts found for {name} under {}",
+                device.display()
+            )
+        })?;
+    let mut cpus = Vec::new();
+    for entry in std::fs::read_dir(&irqs).map_err(|e| format!("{}: {e}", irqs.display()))? {
+        let irq = entry
+            .map_err(|e| format!("{}: {e}", irqs.display()))?
+            .file_name();
+        let irq = irq.to_string_lossy();
+        let list = ["effective_affinity_list", "smp_affinity_list"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(format!("/proc/irq/{irq}/{f}")).ok());
+        if let Some(list) = list.filter(|l| !l.trim().is_empty()) {
+            cpus.extend(parse_cpu_list(&list)?);
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    if cpus.is_empty() {
+        return Err(format!(
+            "the interrupts of {name} have no CPU affinity to read"
+        ));
+    }
+    Ok((cpus, name))
+}
+
+/// Makes `cmd`'s process start restricted to `cpus` (as `taskset` does).
+pub fn restrict_command(cmd: &mut Command, cpus: &[usize]) {
+    let cpus = cpus.to_vec();
+    // SAFETY: the closure runs in the child between fork and exec; it
+    // allocates nothing and makes one system call, sched_setaffinity, which
+    // is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || restrict_current_thread(&cpus));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_parse_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("1"), Ok(vec![1]));
+        assert_eq!(parse_cpu_list("0-2,5"), Ok(vec![0, 1, 2, 5]));
+        assert_eq!(parse_cpu_list(" 3,1,1-2\n"), Ok(vec![1, 2, 3]));
+        for bad in ["", "a", "3-1", "0,,1", "-1", "1-", "99999"] {
+            let err = parse_cpu_list(bad).expect_err(bad);
+            assert!(err.contains("bad CPU list"), "{bad}: {err}");
+        }
+        assert_eq!("irq".parse(), Ok(CpuChoice::DeviceIrq));
+        assert_eq!("0,1".parse(), Ok(CpuChoice::List(vec![0, 1])));
+    }
+
+    #[test]
+    fn cpu_lists_format_as_ranges() {
+        assert_eq!(format_cpu_list(&[0, 1, 2, 5]), "0-2,5");
+        assert_eq!(format_cpu_list(&[3]), "3");
+        assert_eq!(format_cpu_list(&[]), "");
+    }
+
+    #[test]
+    fn cpus_outside_the_allowed_set_are_refused() {
+        let err = CpuChoice::List(vec![libc::CPU_SETSIZE as usize - 1])
+            .resolve(Path::new("/"))
+            .expect_err("no machine here has that CPU");
+        assert!(err.contains("not one this process may run on"), "{err}");
+    }
+
+    #[test]
+    fn the_device_interrupt_cpus_are_found_or_refused_with_a_reason() {
+        match device_irq_cpus(Path::new("/var/tmp/does-not-exist-yet")) {
+            Ok((cpus, device)) => {
+                assert!(!device.is_empty());
+                assert!(!cpus.is_empty());
+            }
+            // Containers and tmpfs have no device to find: say so.
+            Err(why) => assert!(
+                why.contains("does-not-exist")
+                    || why.contains("interrupt")
+                    || why.contains("block device"),
+                "{why}"
+            ),
+        }
+    }
+
+    #[test]
+    fn a_restricted_command_runs_on_those_cpus_only() {
+        let cpu = *allowed_cpus().last().expect("some CPU");
+        let mut cmd = Command::new("grep");
+        cmd.args(["Cpus_allowed_list", "/proc/self/status"]);
+        restrict_command(&mut cmd, &[cpu]);
+        let out = cmd.output().expect("grep runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.split_whitespace().last(),
+            Some(cpu.to_string().as_str()),
+            "{text}"
+        );
+    }
+}
