@@ -71,9 +71,6 @@ fn run_mode(
         .arg(serde_json::to_string(&plan.workload)?)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
-    if let Some(placement) = &plan.cpus {
-        tiermem_core::cpus::restrict_command(&mut cmd, &placement.cpus);
-    }
     let mut sandbox = None;
     match mode {
         Mode::Tiermem => {
@@ -97,6 +94,11 @@ fn run_mode(
             sandbox = Some(sb);
         }
         Mode::Dram => {}
+    }
+    if let Some(placement) = &plan.cpus {
+        // After the sandbox's own set-up, so that nothing it does in the
+        // child (joining a cgroup) can undo the placement.
+        tiermem_core::cpus::restrict_command(&mut cmd, &placement.cpus);
     }
     let mut child = cmd.spawn()?;
     if let Some(sb) = &sandbox {

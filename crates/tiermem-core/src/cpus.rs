@@ -49,14 +49,30 @@ impl CpuChoice {
     /// The CPUs meant, with the reason for them, checked against the CPUs
     /// this process may use. `backing` locates the device for `irq`.
     pub fn resolve(&self, backing: &Path) -> Result<(Vec<usize>, String), String> {
+        let allowed = allowed_cpus();
         let (cpus, why) = match self {
             CpuChoice::List(cpus) => (cpus.clone(), "as asked".to_string()),
             CpuChoice::DeviceIrq => {
-                let (cpus, device) = device_irq_cpus(backing)?;
-                (cpus, format!("the CPUs taking the interrupts of {device}"))
+                let (irq_cpus, device) = device_irq_cpus(backing)?;
+                let usable: Vec<usize> = irq_cpus
+                    .iter()
+                    .copied()
+                    .filter(|c| allowed.contains(c))
+                    .collect();
+                if usable.is_empty() {
+                    return Err(format!(
+                        "the interrupts of {device} go to CPU(s) {}, none of which this \
+                         process may run on (allowed: {})",
+                        format_cpu_list(&irq_cpus),
+                        format_cpu_list(&allowed)
+                    ));
+                }
+                (
+                    usable,
+                    format!("the CPUs taking the interrupts of {device}"),
+                )
             }
         };
-        let allowed = allowed_cpus();
         if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
             return Err(format!(
                 "CPU {bad} is not one this process may run on (allowed: {})",
@@ -118,45 +134,28 @@ pub fn format_cpu_list(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
-/// The CPUs that take the interrupts of the block device holding `path`,
-/// and the device's name. Found through sysfs: the device's ancestors up to
-/// the one with MSI interrupts, then each interrupt's effective affinity.
+/// The CPUs that take the I/O interrupts of the block device holding
+/// `path`, and the device's name. Found through sysfs: the device's PCI
+/// function, its MSI vectors (or its legacy interrupt), and each vector's
+/// effective affinity. Vectors that carry no I/O completions (virtio's
+/// configuration vector, an NVMe admin queue) are left out.
 pub fn device_irq_cpus(path: &Path) -> Result<(Vec<usize>, String), String> {
-    let existing = path
-        .ancestors()
-        .find(|p| p.exists())
-        .ok_or_else(|| format!("{} does not exist", path.display()))?;
-    let dev = std::fs::metadata(existing)
-        .map_err(|e| format!("cannot stat {}: {e}", existing.display()))?
-        .dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
-    let device = std::fs::canonicalize(&sys).map_err(|e| {
-        format!(
-            "{} is not on a block device tiermem can find ({}: {e})",
-            existing.display(),
-            sys.display()
-        )
-    })?;
+    let device = block_device_of(path)?;
     let name = device
         .file_name()
         .map_or_else(|| "?".into(), |n| n.to_string_lossy().into_owned());
-    let irqs = device
+    if device.starts_with("/sys/devices/virtual") {
+        return Err(format!(
+            "{name} is a virtual block device (device-mapper, loop, zram...) with no \
+             interrupts of its own; give --cpus a CPU list"
+        ));
+    }
+    let function = device
         .ancestors()
-        .map(|dir| dir.join("msi_irqs"))
-        .find(|dir| dir.is_dir())
-        .ok_or_else(|| {
-            format!(
-                "no MSI interrupts found for {name} under {}",
-                device.display()
-            )
-        })?;
+        .find(|dir| is_pci_function(dir))
+        .ok_or_else(|| format!("{name} is not behind a PCI function; give --cpus a CPU list"))?;
     let mut cpus = Vec::new();
-    for entry in std::fs::read_dir(&irqs).map_err(|e| format!("{}: {e}", irqs.display()))? {
-        let irq = entry
-            .map_err(|e| format!("{}: {e}", irqs.display()))?
-            .file_name();
-        let irq = irq.to_string_lossy();
+    for irq in io_interrupts(function)? {
         let list = ["effective_affinity_list", "smp_affinity_list"]
             .iter()
             .find_map(|f| std::fs::read_to_string(format!("/proc/irq/{irq}/{f}")).ok());
@@ -168,10 +167,78 @@ pub fn device_irq_cpus(path: &Path) -> Result<(Vec<usize>, String), String> {
     cpus.dedup();
     if cpus.is_empty() {
         return Err(format!(
-            "the interrupts of {name} have no CPU affinity to read"
+            "the interrupts of {name} have no CPU affinity to read; give --cpus a CPU list"
         ));
     }
     Ok((cpus, name))
+}
+
+/// The sysfs directory of the block device holding `path`.
+fn block_device_of(path: &Path) -> Result<PathBuf, String> {
+    let existing = path
+        .ancestors()
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("{} does not exist", path.display()))?;
+    let dev = std::fs::metadata(existing)
+        .map_err(|e| format!("cannot stat {}: {e}", existing.display()))?
+        .dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    if major == 0 {
+        // tmpfs, overlayfs and btrfs report anonymous device numbers.
+        return Err(format!(
+            "the filesystem of {} names no single block device; give --cpus a CPU list",
+            existing.display()
+        ));
+    }
+    let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    std::fs::canonicalize(&sys).map_err(|e| {
+        format!(
+            "{} is not on a block device tiermem can find ({}: {e}); give --cpus a CPU list",
+            existing.display(),
+            sys.display()
+        )
+    })
+}
+
+fn is_pci_function(dir: &Path) -> bool {
+    std::fs::read_link(dir.join("subsystem"))
+        .is_ok_and(|target| target.file_name().is_some_and(|n| n == "pci"))
+}
+
+/// The interrupt numbers of a PCI function that carry I/O completions.
+fn io_interrupts(function: &Path) -> Result<Vec<String>, String> {
+    let msi = function.join("msi_irqs");
+    let Ok(entries) = std::fs::read_dir(&msi) else {
+        // Legacy INTx: one line, shared by everything the function does.
+        let irq = std::fs::read_to_string(function.join("irq")).map_err(|e| {
+            format!(
+                "{}: no MSI vectors and no irq ({e}); give --cpus a CPU list",
+                function.display()
+            )
+        })?;
+        return Ok(vec![irq.trim().to_string()]);
+    };
+    let all: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let io: Vec<String> = all
+        .iter()
+        .filter(|irq| !is_control_vector(&interrupt_name(irq)))
+        .cloned()
+        .collect();
+    Ok(if io.is_empty() { all } else { io })
+}
+
+/// What the interrupt's handlers call it (`virtio1-req.0`, `nvme0q1`).
+fn interrupt_name(irq: &str) -> String {
+    std::fs::read_to_string(format!("/sys/kernel/irq/{irq}/actions")).unwrap_or_default()
+}
+
+/// Vectors that never signal a completed read or write.
+fn is_control_vector(name: &str) -> bool {
+    let name = name.trim();
+    name.ends_with("-config") || (name.starts_with("nvme") && name.ends_with("q0"))
 }
 
 /// Makes `cmd`'s process start restricted to `cpus` (as `taskset` does).
@@ -219,19 +286,25 @@ mod tests {
 
     #[test]
     fn the_device_interrupt_cpus_are_found_or_refused_with_a_reason() {
-        match device_irq_cpus(Path::new("/var/tmp/does-not-exist-yet")) {
+        let path = Path::new("/var/tmp/does-not-exist-yet");
+        let on_pci = block_device_of(path).is_ok_and(|dev| {
+            !dev.starts_with("/sys/devices/virtual") && dev.ancestors().any(is_pci_function)
+        });
+        match device_irq_cpus(path) {
             Ok((cpus, device)) => {
+                assert!(on_pci, "found {cpus:?} for {device} without a PCI function");
                 assert!(!device.is_empty());
                 assert!(!cpus.is_empty());
             }
-            // Containers and tmpfs have no device to find: say so.
-            Err(why) => assert!(
-                why.contains("does-not-exist")
-                    || why.contains("interrupt")
-                    || why.contains("block device"),
-                "{why}"
-            ),
+            Err(why) => {
+                assert!(!on_pci, "a PCI block device must be found: {why}");
+                assert!(why.contains("--cpus a CPU list"), "{why}");
+            }
         }
+        assert!(is_control_vector("virtio1-config\n"));
+        assert!(is_control_vector("nvme0q0"));
+        assert!(!is_control_vector("virtio1-req.0"));
+        assert!(!is_control_vector("nvme0q1"));
     }
 
     #[test]
