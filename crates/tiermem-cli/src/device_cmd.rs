@@ -255,7 +255,14 @@ pub fn run(args: &DeviceArgs) -> Result<()> {
     if let Some(pb) = &bar {
         pb.finish_and_clear();
     }
-    let report = result.with_context(|| format!("measuring {}", cfg.path.display()))?;
+    let mut report = result.with_context(|| format!("measuring {}", cfg.path.display()))?;
+    if let Ok((cpus, device)) = tiermem_core::cpus::device_irq_cpus(&cfg.path) {
+        report.notes.push(format!(
+            "the interrupts of {device} go to CPU(s) {}: `--cpus irq` runs a \
+             single-threaded program there, where a miss wakes no other CPU",
+            tiermem_core::cpus::format_cpu_list(&cpus)
+        ));
+    }
 
     if args.json {
         println!("{}", report.to_json()?);
