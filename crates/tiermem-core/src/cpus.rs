@@ -7,14 +7,13 @@
 //! completion interrupt lands on one vCPU. Running a single-threaded program
 //! with its handlers on the CPU that takes the backing device's interrupts
 //! keeps a miss on one CPU; on the 2-vCPU test machine that took the miss
-//! p50 from 108 µs to 62-68 µs (BENCHMARKS.md, "Where a miss spends its
-//! time"). The scheduler will not find that placement by itself: it wakes a
+//! p50 from 108 µs to 62-68 µs (BENCHMARKS.md, "Issue #4, third pass"). The scheduler will not find that placement by itself: it wakes a
 //! thread on an idle CPU rather than beside a busy handler.
 //!
 //! This only restricts where the process may run, as `taskset` does. It is
 //! opt-in: a program with several busy threads wants more than one CPU.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,7 +50,15 @@ impl CpuChoice {
     pub fn resolve(&self, backing: &Path) -> Result<(Vec<usize>, String), String> {
         let allowed = allowed_cpus();
         let (cpus, why) = match self {
-            CpuChoice::List(cpus) => (cpus.clone(), "as asked".to_string()),
+            CpuChoice::List(cpus) => {
+                if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+                    return Err(format!(
+                        "CPU {bad} is not one this process may run on (allowed: {})",
+                        format_cpu_list(&allowed)
+                    ));
+                }
+                (cpus.clone(), "as asked".to_string())
+            }
             CpuChoice::DeviceIrq => {
                 let (irq_cpus, device) = device_irq_cpus(backing)?;
                 let usable: Vec<usize> = irq_cpus
@@ -73,12 +80,6 @@ impl CpuChoice {
                 )
             }
         };
-        if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
-            return Err(format!(
-                "CPU {bad} is not one this process may run on (allowed: {})",
-                format_cpu_list(&allowed)
-            ));
-        }
         Ok((cpus, why))
     }
 }
@@ -179,9 +180,13 @@ fn block_device_of(path: &Path) -> Result<PathBuf, String> {
         .ancestors()
         .find(|p| p.exists())
         .ok_or_else(|| format!("{} does not exist", path.display()))?;
-    let dev = std::fs::metadata(existing)
-        .map_err(|e| format!("cannot stat {}: {e}", existing.display()))?
-        .dev();
+    let meta = std::fs::metadata(existing)
+        .map_err(|e| format!("cannot stat {}: {e}", existing.display()))?;
+    // A block device given as the backing store is the device itself.
+    let dev = match meta.file_type().is_block_device() {
+        true => meta.rdev(),
+        false => meta.dev(),
+    };
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     if major == 0 {
         // tmpfs, overlayfs and btrfs report anonymous device numbers.
@@ -238,7 +243,9 @@ fn interrupt_name(irq: &str) -> String {
 /// Vectors that never signal a completed read or write.
 fn is_control_vector(name: &str) -> bool {
     let name = name.trim();
-    name.ends_with("-config") || (name.starts_with("nvme") && name.ends_with("q0"))
+    let nvme_admin =
+        name.starts_with("nvme") && name.rsplit_once('q').is_some_and(|(_, q)| q == "0");
+    name.ends_with("-config") || nvme_admin
 }
 
 /// Makes `cmd`'s process start restricted to `cpus` (as `taskset` does).
@@ -305,6 +312,18 @@ mod tests {
         assert!(is_control_vector("nvme0q0"));
         assert!(!is_control_vector("virtio1-req.0"));
         assert!(!is_control_vector("nvme0q1"));
+        assert!(!is_control_vector("nvme0q10"));
+    }
+
+    #[test]
+    fn a_block_device_path_names_that_device() {
+        let Ok(dir) = block_device_of(Path::new("/var/tmp")) else {
+            return; // not on a block device here: nothing to compare
+        };
+        let node = Path::new("/dev").join(dir.file_name().expect("a device name"));
+        if node.exists() {
+            assert_eq!(block_device_of(&node), Ok(dir));
+        }
     }
 
     #[test]
