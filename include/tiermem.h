@@ -8,7 +8,8 @@
  * environment variables (TIERMEM_DRAM, TIERMEM_BACKING, TIERMEM_PAGE_SIZE,
  * TIERMEM_POLICY, TIERMEM_HANDLER_THREADS, TIERMEM_BACKING_SIZE, and the
  * cache organization: TIERMEM_ASSOCIATIVITY, TIERMEM_PREFETCH,
- * TIERMEM_WRITE_POLICY, TIERMEM_INCLUSION, TIERMEM_PRESET), or
+ * TIERMEM_WRITE_POLICY, TIERMEM_INCLUSION, TIERMEM_PRESET, and
+ * TIERMEM_FAULTS), or
  * explicitly with tm_init(). On failure, functions return NULL or -1, set
  * errno, and tm_last_error() describes what went wrong and how to fix it.
  */
@@ -38,7 +39,13 @@ struct tm_config {
     const char *write_policy;  /* "write-back" (default) or "write-through" */
     const char *inclusion;     /* "inclusive" (default) or "exclusive" */
     const char *preset;        /* "memory-mode": direct-mapped, write-back, inclusive */
-    uint64_t reserved[1];      /* must be zero */
+    /* Who resolves a fault, as TIERMEM_FAULTS: "handler" (default: handler
+     * threads; the kernel's own accesses wait for evicted pages too) or
+     * "signal" (the faulting thread, through SIGBUS: no cross-CPU wake-up per
+     * miss, but a system call given tiered memory that is not resident fails
+     * with EFAULT, and tiermem owns the SIGBUS handler, passing on the
+     * SIGBUSes that are not its own to the handler installed before it). */
+    const char *faults;
 };
 
 struct tm_latency {

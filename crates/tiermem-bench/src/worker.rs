@@ -81,6 +81,10 @@ pub trait WorkingSet {
     fn counters(&self) -> Vec<(String, f64)> {
         Vec::new()
     }
+    /// What the mode ran with, for the reader (e.g. how tiermem read pages).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The mode's cumulative miss counters right now; misses over a window
     /// are the difference of two readings.
     fn miss_counters(&self) -> anyhow::Result<MissCounters>;
@@ -243,7 +247,7 @@ fn run_pattern_workload(
         hit_ratio: None,
         scan_resistance: None,
         counters: set.counters().into_iter().collect(),
-        notes: Vec::new(),
+        notes: set.notes(),
     };
     match measured.misses {
         Ok((count, source)) => result.hit_ratio = HitRatio::new(accesses, count, source),
@@ -483,6 +487,10 @@ impl WorkingSet for TiermemSet {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v as f64))
         .collect()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        vec![format!("page reads: {}", self.rt.stats().io_engine)]
     }
 
     fn miss_counters(&self) -> anyhow::Result<MissCounters> {

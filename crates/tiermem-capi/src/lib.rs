@@ -33,7 +33,7 @@ pub struct TmConfig {
     pub write_policy: *const c_char,
     pub inclusion: *const c_char,
     pub preset: *const c_char,
-    pub reserved: [u64; 1],
+    pub faults: *const c_char,
 }
 
 #[repr(C)]
@@ -159,6 +159,7 @@ unsafe fn config_from(cfg: &TmConfig) -> Result<Config, Error> {
         (org::ENV_PREFETCH, cfg.prefetch),
         (org::ENV_WRITE_POLICY, cfg.write_policy),
         (org::ENV_INCLUSION, cfg.inclusion),
+        (tiermem_core::config::ENV_FAULTS, cfg.faults),
     ] {
         if let Some(v) = opt_str(value) {
             env.push((var, v));

@@ -25,6 +25,17 @@ fn c_client_sets_the_cache_organization() {
     let _ = std::fs::remove_dir_all(out_dir);
 }
 
+/// `tm_config.faults = "signal"`: two threads page through SIGBUS with every
+/// page intact, the program's own SIGBUS handler still works, and a bad value
+/// is refused with the variable's name.
+#[test]
+fn c_client_resolves_its_own_faults_by_signal() {
+    let (exe, lib, out_dir) = compile("signal_client");
+    run_client(&exe, &lib, &["good", "/var/tmp"], "signal_client: ok");
+    run_client(&exe, &lib, &["bad", "/var/tmp"], "signal_client: ok");
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
 /// Compiles tests/c/NAME.c against the header and the fresh libtiermem.so.
 /// Returns the executable, the library's directory and the scratch directory.
 fn compile(name: &str) -> (PathBuf, PathBuf, PathBuf) {
@@ -34,7 +45,7 @@ fn compile(name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let exe = out_dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread"])
         .arg(root.join(format!("tests/c/{name}.c")))
         .arg("-I")
         .arg(root.join("include"))

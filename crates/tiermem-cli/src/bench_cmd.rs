@@ -13,7 +13,7 @@ use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
 use tiermem_bench::scan_resistance::ScanShape;
 use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
 use tiermem_core::cpus::{format_cpu_list, CpuChoice};
-use tiermem_core::{parse_size, Config, PolicyKind};
+use tiermem_core::{parse_size, Config, FaultDelivery, PolicyKind};
 
 /// Working set of the pattern workload when `--working-set` is not given.
 const DEFAULT_WORKING_SET: &str = "1G";
@@ -93,6 +93,18 @@ pub struct BenchArgs {
     /// tiermem userfaultfd handler threads (default: by CPU count).
     #[arg(long, env = "TIERMEM_HANDLER_THREADS")]
     handler_threads: Option<usize>,
+    /// Who resolves tiermem's faults: `handler` threads, or `signal`, the
+    /// faulting thread itself through SIGBUS (no cross-CPU wake-ups; for
+    /// programs that pass no tiered memory to system calls, as the bench
+    /// worker does). See `tiermem run --help` on why transparent mode
+    /// keeps handlers.
+    #[arg(
+        long,
+        value_name = "handler|signal",
+        default_value = "handler",
+        env = "TIERMEM_FAULTS"
+    )]
+    faults: FaultDelivery,
     /// Application threads accessing the working set (scan-resistance: 1).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -155,7 +167,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
     if let Some(n) = args.handler_threads {
         builder = builder.handler_threads(n);
     }
-    let tiermem = builder.build()?;
+    let tiermem = builder.faults(args.faults).build()?;
     let (workload, working_set) = workload_and_working_set(args, &tiermem)?;
     anyhow::ensure!(
         working_set >= page_size,
@@ -317,13 +329,14 @@ fn workload_line(plan: &BenchPlan) -> String {
     match w.workload {
         Workload::Pattern => format!(
             "tiermem bench: working set {}, budget {budget}, page {page}, {} thread(s), \
-             {}% reads, {}, {}s (+{}s warm-up), policy {policy}",
+             {}% reads, {}, {}s (+{}s warm-up), policy {policy}{}",
             report::human_bytes(w.working_set_bytes),
             w.threads,
             w.read_percent,
             w.pattern,
             w.duration_s,
             w.warmup_s,
+            faults_note(plan),
         ),
         Workload::ScanResistance(shape) => format!(
             "tiermem bench: scan resistance, budget {budget}, page {page}: hot set {} \
@@ -333,6 +346,13 @@ fn workload_line(plan: &BenchPlan) -> String {
             report::human_bytes(shape.scan_pages * w.page_size),
             shape.passes(),
         ),
+    }
+}
+
+fn faults_note(plan: &BenchPlan) -> &'static str {
+    match plan.tiermem.faults {
+        FaultDelivery::Handler => "",
+        FaultDelivery::Signal => ", tiermem faults by signal",
     }
 }
 
@@ -380,6 +400,7 @@ fn print_json(
         "workload": plan.workload,
         "budget_bytes": plan.tiermem.dram_budget,
         "policy": plan.tiermem.policy.name(),
+        "faults": plan.tiermem.faults.name(),
         "backing": plan.tiermem.backing,
         "device_qd1_read_us": device.and_then(|d| d.qd1_read_latency_us),
         "cpus": plan.cpus.as_ref().map(|p| serde_json::json!({

@@ -175,6 +175,10 @@ Environment:
                           needs poll queues; otherwise a note and interrupts).
   TIERMEM_WATERMARK_SCALE_FACTOR
                           free DRAM the evictor keeps, in 1/10000 of the budget.
+  TIERMEM_FAULTS          handler only. signal (the faulting thread resolves its
+                          own fault through SIGBUS) is refused here: the kernel
+                          would not wait for evicted pages, and the program's
+                          read(2) into its own memory would fail with EFAULT.
   TIERMEM_LIB             path of libtiermem.so. Default: next to the tiermem
                           binary, then ../lib/ and ../lib/tiermem/ from it.
   A flag overrides its variable. The program is started with TIERMEM_PRELOAD=1,
@@ -356,7 +360,7 @@ fn resolve_config(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Resul
     // A budget below our floor gets our message (with the floor), even when
     // the core would also refuse it for holding fewer than 16 pages.
     precheck_budget(args, env)?;
-    let config = Config::from_lookup(get).map_err(|e| match e {
+    let invalid_setting = |e| match e {
         CoreError::InvalidSetting {
             setting,
             value,
@@ -369,7 +373,10 @@ fn resolve_config(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Resul
             None => Stop::new(1, format!("invalid {setting} '{value}': {expected}")),
         },
         other => Stop::new(1, other.to_string()),
-    })?;
+    };
+    let config = Config::from_lookup(get)
+        .and_then(|c| c.check_transparent().map(|()| c))
+        .map_err(invalid_setting)?;
     let source = source_of(args, env, ENV_DRAM);
     let shown = lookup(args, env, ENV_DRAM).map_or_else(String::new, |(v, _)| v);
     check_budget(config.dram_budget, config.page_size as u64, source, &shown)?;

@@ -135,6 +135,32 @@ fn cpus_places_every_mode_and_is_reported() {
 }
 
 #[test]
+fn signal_fault_delivery_runs_verifies_and_is_reported() {
+    let out = tiermem()
+        .args(["bench", "--working-set", "32M", "--dram", "8M"])
+        .args(["--duration", "0.5", "--warmup", "0", "--modes", "tiermem"])
+        .args(["--faults", "signal", "--json", "--no-device-check"])
+        .output()
+        .unwrap();
+    let (json, _) = successful_json(&out);
+    assert_eq!(json["faults"], "signal");
+    let r = &json["results"][0];
+    assert!(
+        r["counters"]["page_ins"].as_f64().unwrap_or(0.0) > 0.0,
+        "{r}"
+    );
+    assert_eq!(r["verify"]["lost"].as_u64(), Some(0), "{}", r["verify"]);
+    assert_eq!(
+        r["verify"]["corrupted"].as_u64(),
+        Some(0),
+        "{}",
+        r["verify"]
+    );
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("faulting thread (SIGBUS"), "{notes}");
+}
+
+#[test]
 fn bad_flags_are_refused_clearly() {
     let out = tiermem()
         .args(["bench", "--dram", "lots"])
@@ -161,6 +187,16 @@ fn bad_flags_are_refused_clearly() {
     assert!(!out.status.success());
     assert!(
         err.contains("--cpus") && err.contains("\"x\"") && err.contains("irq"),
+        "the value and the accepted forms must be named: {err}"
+    );
+    let out = tiermem()
+        .args(["bench", "--faults", "irq"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--faults") && err.contains("irq") && err.contains("handler or signal"),
         "the value and the accepted forms must be named: {err}"
     );
 }

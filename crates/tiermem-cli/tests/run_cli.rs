@@ -14,7 +14,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Settings that could leak in from the environment of `cargo test`.
-const SCRUBBED: [&str; 21] = [
+const SCRUBBED: [&str; 22] = [
     "TIERMEM_PRESET",
     "TIERMEM_ASSOCIATIVITY",
     "TIERMEM_PREFETCH",
@@ -28,6 +28,7 @@ const SCRUBBED: [&str; 21] = [
     "TIERMEM_PAGE_SIZE",
     "TIERMEM_POLICY",
     "TIERMEM_HANDLER_THREADS",
+    "TIERMEM_FAULTS",
     "TIERMEM_STATS",
     "TIERMEM_MMAP_THRESHOLD",
     "TIERMEM_NO_INHERIT",
@@ -698,6 +699,18 @@ fn bad_values_stop_before_the_program() {
 }
 
 #[test]
+fn signal_fault_delivery_is_refused_in_transparent_mode() {
+    let s = Scratch::new();
+    let tail = s.touch_marker();
+    let mut cmd = s.tiermem_run(&with_marker(&[], &tail));
+    cmd.env("TIERMEM_FAULTS", "signal");
+    let msg = s.expect_stop(cmd, 1);
+    for w in ["invalid TIERMEM_FAULTS 'signal'", "handler", "EFAULT"] {
+        assert!(msg.contains(w), "{w} missing: {msg}");
+    }
+}
+
+#[test]
 fn command_not_found_is_127_and_not_executable_is_126() {
     let s = Scratch::new();
     let out = output_within(
@@ -786,6 +799,7 @@ fn help_documents_the_contract() {
         "TIERMEM_POLICY",
         "TIERMEM_STATS",
         "TIERMEM_MMAP_THRESHOLD",
+        "TIERMEM_FAULTS",
         "TIERMEM_LIB",
         "fork",
         "exec",

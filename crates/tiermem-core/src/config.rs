@@ -20,6 +20,7 @@ pub const ENV_PAGE_SIZE: &str = "TIERMEM_PAGE_SIZE";
 pub const ENV_POLICY: &str = "TIERMEM_POLICY";
 pub const ENV_HANDLER_THREADS: &str = "TIERMEM_HANDLER_THREADS";
 pub const ENV_WATERMARK_SCALE: &str = "TIERMEM_WATERMARK_SCALE_FACTOR";
+pub const ENV_FAULTS: &str = "TIERMEM_FAULTS";
 /// Largest watermark scale factor: half the budget kept free.
 const MAX_WATERMARK_SCALE: u32 = 5000;
 
@@ -156,6 +157,42 @@ fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
     }
 }
 
+/// Which thread resolves a fault on tiered memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FaultDelivery {
+    /// Handler threads read faults from the userfaultfd and wake the
+    /// faulting thread once its page is in. Works for every access,
+    /// including the kernel's (`read(2)` into tiered memory).
+    #[default]
+    Handler,
+    /// The faulting thread gets SIGBUS and reads its page itself
+    /// (`UFFD_FEATURE_SIGBUS`): no other thread is woken, so a miss costs
+    /// no cross-CPU wake-up. For programs that touch tiered memory only
+    /// with their own loads and stores: a system call given tiered memory
+    /// that is not resident fails with EFAULT. Not for transparent mode.
+    Signal,
+}
+
+impl FaultDelivery {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultDelivery::Handler => "handler",
+            FaultDelivery::Signal => "signal",
+        }
+    }
+}
+
+impl FromStr for FaultDelivery {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "handler" | "handlers" | "thread" => Ok(FaultDelivery::Handler),
+            "signal" | "sigbus" => Ok(FaultDelivery::Signal),
+            _ => Err(invalid(ENV_FAULTS, s, "expected handler or signal")),
+        }
+    }
+}
+
 /// The validated configuration of one tiermem runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -170,6 +207,8 @@ pub struct Config {
     pub policy: PolicyKind,
     /// Threads that read and serve userfaultfd events.
     pub handler_threads: usize,
+    /// Handler threads, or the faulting thread itself through SIGBUS.
+    pub faults: FaultDelivery,
     /// Engine, queue depth, polling and read-ahead.
     pub io: IoSettings,
     /// Associativity, prefetch degree, write policy and inclusion.
@@ -189,6 +228,7 @@ impl Default for Config {
             page_size: MIN_PAGE_SIZE,
             policy: PolicyKind::Clock,
             handler_threads: default_handler_threads(),
+            faults: FaultDelivery::Handler,
             io: IoSettings::default(),
             organization: Organization::default(),
             watermark_scale_factor: None,
@@ -260,6 +300,9 @@ impl Config {
                     })?,
             );
         }
+        if let Some(v) = lookup(ENV_FAULTS) {
+            b.faults = Some(v.parse()?);
+        }
         b.io = Some(IoSettings::from_lookup(&lookup)?);
         b.organization = Some(Organization::from_lookup(&lookup)?);
         b.build()
@@ -273,6 +316,7 @@ impl Config {
             (ENV_PAGE_SIZE, self.page_size.to_string()),
             (ENV_POLICY, self.policy.name().to_string()),
             (ENV_HANDLER_THREADS, self.handler_threads.to_string()),
+            (ENV_FAULTS, self.faults.name().to_string()),
         ];
         if let Some(size) = self.backing_size {
             env.push((ENV_BACKING_SIZE, size.to_string()));
@@ -283,6 +327,22 @@ impl Config {
             env.push((ENV_WATERMARK_SCALE, f.to_string()));
         }
         env
+    }
+
+    /// Refuses what transparent mode (`tiermem run`, the preload library)
+    /// cannot honour: signal delivery, under which a program's `read(2)`
+    /// into a malloc'd buffer that was evicted would fail with EFAULT.
+    pub fn check_transparent(&self) -> Result<()> {
+        match self.faults {
+            FaultDelivery::Handler => Ok(()),
+            FaultDelivery::Signal => Err(invalid(
+                ENV_FAULTS,
+                self.faults.name(),
+                "handler in transparent mode: under signal delivery the kernel does not \
+                 wait for evicted pages, so the program's system calls on its own memory \
+                 would fail with EFAULT",
+            )),
+        }
     }
 
     pub fn budget_pages(&self) -> u64 {
@@ -299,6 +359,7 @@ pub struct ConfigBuilder {
     page_size: Option<u64>,
     policy: Option<PolicyKind>,
     handler_threads: Option<usize>,
+    faults: Option<FaultDelivery>,
     io: Option<IoSettings>,
     organization: Option<Organization>,
     watermark_scale_factor: Option<u32>,
@@ -327,6 +388,11 @@ impl ConfigBuilder {
     }
     pub fn handler_threads(mut self, n: usize) -> Self {
         self.handler_threads = Some(n);
+        self
+    }
+    /// Who resolves faults (see [`FaultDelivery`]).
+    pub fn faults(mut self, faults: FaultDelivery) -> Self {
+        self.faults = Some(faults);
         self
     }
     pub fn io(mut self, io: IoSettings) -> Self {
@@ -433,6 +499,7 @@ impl ConfigBuilder {
             page_size,
             policy: self.policy.unwrap_or(defaults.policy),
             handler_threads,
+            faults: self.faults.unwrap_or_default(),
             io: self.io.unwrap_or_default(),
             organization,
             watermark_scale_factor: self.watermark_scale_factor,
@@ -500,6 +567,7 @@ mod tests {
             (ENV_POLICY, "fifo"),
             (ENV_HANDLER_THREADS, "3"),
             (ENV_WATERMARK_SCALE, "150"),
+            (ENV_FAULTS, "signal"),
         ]
         .into();
         let c = Config::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
@@ -508,6 +576,7 @@ mod tests {
         assert_eq!(c.policy, PolicyKind::Fifo);
         assert_eq!(c.handler_threads, 3);
         assert_eq!(c.watermark_scale_factor, Some(150));
+        assert_eq!(c.faults, FaultDelivery::Signal);
         let back = Config::from_lookup(|k| {
             c.to_env()
                 .into_iter()
@@ -529,6 +598,7 @@ mod tests {
             (ENV_WATERMARK_SCALE, "0", "1 to 5000"),
             (ENV_WATERMARK_SCALE, "10%", "ten-thousandths"),
             (ENV_DRAM, "4K", "at least 16 pages"),
+            (ENV_FAULTS, "interrupt", "handler or signal"),
         ];
         for (name, value, hint) in cases {
             let err = Config::from_lookup(|k| (k == name).then(|| value.to_string()))

@@ -38,7 +38,7 @@ pub mod sys;
 mod transparent;
 
 pub use buffer::TieredBuf;
-pub use config::{parse_size, Config, ConfigBuilder, PolicyKind, SizeSpec};
+pub use config::{parse_size, Config, ConfigBuilder, FaultDelivery, PolicyKind, SizeSpec};
 pub use error::{Error, Result};
 pub use io_config::{IoEngine, IoSettings, PollMode};
 pub use organization::{Inclusion, Organization, Preset, WritePolicy};

@@ -11,10 +11,10 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::budget::Budget;
-use crate::config::{Config, MIN_BUDGET_PAGES};
+use crate::config::{Config, FaultDelivery, MIN_BUDGET_PAGES};
 use crate::error::{Error, Result};
 use crate::evictor::{evictor_loop, BATCH};
-use crate::fault::{backoff, handler_loop, WritePrediction};
+use crate::fault::{backoff, handler_loop, signal, SignalSlots, WritePrediction};
 use crate::frames::FramePool;
 use crate::organization::WritePolicy;
 use crate::page_table::{Kind, PageNo, PageState, PageTable, MAX_PAGES};
@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     /// Whether read faults should install their pages writable.
     pub write_prediction: WritePrediction,
     pub frames: FramePool,
+    /// What faulting threads read pages with, under signal delivery.
+    pub signal_slots: Option<SignalSlots>,
     pub zero_page: Mapping,
     pub counters: Counters,
     pub fault_latency: LatencyHistogram,
@@ -298,15 +300,25 @@ impl Runtime {
     /// come in this order: configuration, backing store, userfaultfd.
     pub fn new(config: Config) -> Result<Runtime> {
         let shared = Arc::new(Self::build_shared(config)?);
-        let threads = start_threads(&shared)?;
-        Ok(Runtime { shared, threads })
+        if shared.signal_slots.is_some() {
+            signal::register(&shared)?;
+        }
+        // Built before the threads start, so that a failure drops a
+        // runtime that unregisters itself.
+        let mut runtime = Runtime {
+            shared,
+            threads: Vec::new(),
+        };
+        runtime.threads = start_threads(&runtime.shared)?;
+        Ok(runtime)
     }
 
     fn build_shared(config: Config) -> Result<Shared> {
         let page_size = config.page_size;
         let store = FileStore::open(&config.backing, page_size, config.backing_size)?;
         store.warn_if_buffered();
-        let uffd = Uffd::open()?;
+        let signals = config.faults == FaultDelivery::Signal;
+        let uffd = Uffd::open(signals)?;
         uffd.handshake()?;
         let capacity = store.capacity_slots();
         let arena_pages = MAX_PAGES.min(MAX_ARENA_BYTES / page_size as u64);
@@ -335,6 +347,7 @@ impl Runtime {
                 .then(SegQueue::new),
             write_prediction: WritePrediction::for_config(&config),
             frames,
+            signal_slots: signals.then(|| SignalSlots::new(&config)).transpose()?,
             zero_page: Mapping::reserve_aligned(page_size, page_size, "allocating the zero page")?,
             counters: Counters::default(),
             fault_latency: LatencyHistogram::default(),
@@ -632,6 +645,9 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let rt = &self.shared;
+        if rt.signal_slots.is_some() {
+            signal::unregister(rt);
+        }
         rt.stop.store(true, Ordering::Release);
         rt.stop_event.signal();
         rt.kick_evictor();
@@ -646,7 +662,17 @@ impl Drop for Runtime {
 pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
     let mut threads = Vec::new();
     let cpus = crate::sys::thread::allowed_cpus();
-    for i in 0..shared.config.handler_threads {
+    let handlers = match &shared.signal_slots {
+        None => shared.config.handler_threads,
+        Some(slots) => {
+            shared.note_io_engine(slots.engine);
+            if let Some(reason) = &slots.fallback {
+                eprintln!("tiermem: io_uring is unavailable ({reason}); faulting threads read their pages with pread");
+            }
+            0
+        }
+    };
+    for i in 0..handlers {
         let s = Arc::clone(shared);
         let cpu = cpus.get(i % cpus.len().max(1)).copied();
         threads.push(spawn(format!("tiermem-fault{i}"), move || {

@@ -85,7 +85,9 @@ fn start() -> Result<(), String> {
             .resolve();
         MMAP_THRESHOLD.store(bytes.max(4096) as usize, Ordering::Relaxed);
     }
-    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let config = Config::from_env()
+        .and_then(|c| c.check_transparent().map(|()| c))
+        .map_err(|e| e.to_string())?;
     let backing_is_dir = config.backing.is_dir();
     let rt = global::init(config).map_err(|e| e.to_string())?;
     if !backing_is_dir {

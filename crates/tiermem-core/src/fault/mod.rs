@@ -29,13 +29,18 @@
 //!   next completion, never waited for in place.
 //! - [`sync`]: pread, one read at a time per handler; the fallback where
 //!   io_uring is unavailable or `TIERMEM_IO_ENGINE=psync`.
+//!
+//! Or, under signal delivery ([`signal`]), no handler thread at all: the
+//! faulting thread gets SIGBUS and resolves its own fault the same way.
 
 mod conflict;
 mod readahead;
 mod ring;
+pub(crate) mod signal;
 mod sync;
 mod write_prediction;
 
+pub(crate) use signal::SignalSlots;
 pub(crate) use write_prediction::WritePrediction;
 
 use crate::io_config::IoEngine;

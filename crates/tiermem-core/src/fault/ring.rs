@@ -43,7 +43,7 @@ const TAG_MARKER: u64 = u64::MAX - 3;
 const BUSY_RETRY_NS: u32 = 20_000;
 /// Longest a handler polls for a read to complete before it sleeps: about
 /// two device reads. The faulting threads sleep meanwhile, so the CPU is free.
-const POLL_NS: u64 = 200_000;
+pub(super) const POLL_NS: u64 = 200_000;
 /// Bytes of read buffer per handler, beyond one page per queue slot.
 const BUFFER_BYTES: usize = 4 << 20;
 /// Longest a read-ahead marker is held back for the program to reach it;

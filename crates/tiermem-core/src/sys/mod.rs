@@ -4,6 +4,7 @@
 pub mod device;
 pub mod mem;
 pub mod raw;
+pub mod signal;
 pub mod thread;
 pub mod uffd;
 

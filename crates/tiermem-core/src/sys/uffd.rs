@@ -47,12 +47,15 @@ pub enum Copied {
 
 pub struct Uffd {
     fd: OwnedFd,
+    /// Faults raise SIGBUS in the faulting thread instead of queueing a
+    /// message (`UFFD_FEATURE_SIGBUS`); kept for the replacement after fork.
+    sigbus: bool,
 }
 
 impl Uffd {
     /// Opens a userfaultfd through the syscall, falling back to
     /// /dev/userfaultfd, and says exactly how to fix it when neither works.
-    pub fn open() -> Result<Uffd> {
+    pub fn open(sigbus: bool) -> Result<Uffd> {
         if std::env::var_os(ENV_DENY_UFFD_FOR_TESTS).is_some() {
             return Err(Error::UffdNotPermitted {
                 syscall_error: io::Error::from_raw_os_error(libc::EPERM),
@@ -64,10 +67,10 @@ impl Uffd {
         // SAFETY: the userfaultfd syscall takes only an integer flag word.
         let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
         if fd >= 0 {
-            return Ok(Self::from_raw(fd as RawFd));
+            return Ok(Self::from_raw(fd as RawFd, sigbus));
         }
         let syscall_error = io::Error::last_os_error();
-        match Self::open_device(flags) {
+        match Self::open_device(flags, sigbus) {
             Ok(u) => Ok(u),
             Err(device_error) => Err(Error::UffdNotPermitted {
                 syscall_error,
@@ -76,7 +79,7 @@ impl Uffd {
         }
     }
 
-    fn open_device(flags: i32) -> io::Result<Uffd> {
+    fn open_device(flags: i32, sigbus: bool) -> io::Result<Uffd> {
         let dev = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -87,20 +90,25 @@ impl Uffd {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(Self::from_raw(fd))
+        Ok(Self::from_raw(fd, sigbus))
     }
 
-    fn from_raw(fd: RawFd) -> Uffd {
+    fn from_raw(fd: RawFd, sigbus: bool) -> Uffd {
         // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
         Uffd {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            sigbus,
         }
     }
 
     /// Negotiates the API. Write-protect faults are required for dirty
-    /// tracking; thread ids let a bad access be reported to its thread.
+    /// tracking; thread ids let a bad access be reported to its thread;
+    /// SIGBUS delivery if the userfaultfd was opened for it.
     pub fn handshake(&self) -> Result<()> {
-        let wanted = uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP | uapi::UFFD_FEATURE_THREAD_ID;
+        let mut wanted = uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP | uapi::UFFD_FEATURE_THREAD_ID;
+        if self.sigbus {
+            wanted |= uapi::UFFD_FEATURE_SIGBUS;
+        }
         let mut api = uapi::uffdio_api {
             api: uapi::UFFD_API as u64,
             features: wanted as u64,
@@ -109,8 +117,12 @@ impl Uffd {
         // SAFETY: `api` is a valid uffdio_api the kernel reads and writes.
         let rc = unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_API as _, &mut api) };
         if rc != 0 {
+            let what = match self.sigbus {
+                true => "write-protect faults and SIGBUS delivery",
+                false => "write-protect faults",
+            };
             return Err(Error::UffdFeatureMissing {
-                missing: format!("write-protect faults ({})", io::Error::last_os_error()),
+                missing: format!("{what} ({})", io::Error::last_os_error()),
             });
         }
         Ok(())
@@ -274,7 +286,7 @@ impl Uffd {
     /// child's copy of the arena lost its registration at fork (there is no
     /// EVENT_FORK without CAP_SYS_PTRACE); the caller registers it again.
     pub fn replace_in_child(&self) -> Result<()> {
-        let fresh = Uffd::open()?;
+        let fresh = Uffd::open(self.sigbus)?;
         fresh.handshake()?;
         crate::sys::mem::replace_fd(self.raw(), fresh.fd).map_err(|source| Error::Os {
             what: "replacing the userfaultfd after fork",

@@ -1,0 +1,515 @@
+//! Faults resolved by the faulting thread itself ([`FaultDelivery::Signal`]).
+//!
+//! The userfaultfd raises SIGBUS in the thread that touched a missing or
+//! write-protected page, and the signal handler runs the fault path of this
+//! module's parent, as a handler thread would: claim the page (and the
+//! read-ahead window of a stream the miss confirms), read it into a
+//! runtime-owned buffer through a small io_uring of the thread's slot,
+//! polling for the completion, and install it. When the handler returns,
+//! the access runs again and finds its page.
+//!
+//! Why: with handler threads a miss wakes two threads, the handler when the
+//! fault arrives and the faulting thread when its page is in, and on a VM
+//! each wake-up of a thread on another vCPU costs about 15 µs (BENCHMARKS.md,
+//! "Issue #4, third pass"). Here no other thread takes part.
+//!
+//! The price: the kernel's own accesses to tiered memory (a `read(2)` into
+//! it) fail with EFAULT instead of waiting, so this is opt-in and refused
+//! in transparent mode.
+//!
+//! Signal-handler rules hold on this path: no allocation, no lock the
+//! interrupted code could hold (the interrupted code is the program's own,
+//! touching tiered memory, which runtime code never does), errno restored
+//! by `sys::signal`.
+//!
+//! [`FaultDelivery::Signal`]: crate::config::FaultDelivery::Signal
+
+use std::cell::UnsafeCell;
+use std::io;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use io_uring::{opcode, types, IoUring};
+
+use super::readahead::{max_window_pages, Readahead, Window};
+use super::ring::POLL_NS;
+use super::{
+    backoff, begin_fault, claim_for_prefetch, finish_read, finish_read_ahead_run, prefetch_used,
+    resolve_fault, Missing, PageRead,
+};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::io_config::IoEngine;
+use crate::page_table::PageNo;
+use crate::runtime::Shared;
+use crate::sys::mem::Mapping;
+use crate::sys::now_ns;
+use crate::sys::signal::{install_bus_handler, BusFault};
+use crate::sys::uffd::Fault;
+
+/// Runtimes with signal delivery that one process may hold at once.
+const MAX_RUNTIMES: usize = 64;
+
+/// The runtimes the signal handler serves. A pointer is only dereferenced
+/// between the increment and decrement of [`IN_HANDLER`], and
+/// [`unregister`] waits for that count to drop after clearing its slot, so
+/// a runtime outlives every handler that may have seen it.
+static RUNTIMES: [AtomicPtr<Shared>; MAX_RUNTIMES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_RUNTIMES];
+static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the signal handler serve `rt`'s arena. `rt` must stay alive until
+/// [`unregister`].
+pub(crate) fn register(rt: &Shared) -> Result<()> {
+    install_bus_handler(on_bus_fault).map_err(Error::os("installing the SIGBUS handler"))?;
+    let ptr = rt as *const Shared as *mut Shared;
+    for slot in &RUNTIMES {
+        let taken = slot.compare_exchange(
+            std::ptr::null_mut(),
+            ptr,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        if taken.is_ok() {
+            return Ok(());
+        }
+    }
+    Err(Error::Unavailable(format!(
+        "at most {MAX_RUNTIMES} runtimes with signal fault delivery may run at once"
+    )))
+}
+
+/// Stops serving `rt`, and returns once no signal handler can still use it.
+pub(crate) fn unregister(rt: &Shared) {
+    let ptr = rt as *const Shared as *mut Shared;
+    for slot in &RUNTIMES {
+        let _ = slot.compare_exchange(
+            ptr,
+            std::ptr::null_mut(),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+    while IN_HANDLER.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+}
+
+/// The process's SIGBUS handler: false if the address is in no arena of ours.
+fn on_bus_fault(bus: &BusFault) -> bool {
+    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    let handled = RUNTIMES.iter().any(|slot| {
+        let ptr = slot.load(Ordering::SeqCst);
+        // SAFETY: a registered runtime lives until `unregister` has seen
+        // IN_HANDLER at zero, and we hold it above zero.
+        let Some(rt) = (unsafe { ptr.as_ref() }) else {
+            return false;
+        };
+        rt.page_of(bus.address).is_some() && {
+            resolve(rt, bus);
+            true
+        }
+    });
+    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+    handled
+}
+
+/// Resolves the fault, or leaves it for the access to raise again when the
+/// page is busy (another thread is reading or writing it out).
+fn resolve(rt: &Shared, bus: &BusFault) {
+    let fault = Fault {
+        address: bus.address,
+        write: bus.write || bus.protection,
+        write_protect: bus.protection,
+        thread_id: current_thread_id(),
+    };
+    let Some(page) = begin_fault(rt, &fault) else {
+        return;
+    };
+    match resolve_fault(rt, page, &fault) {
+        Missing::Resolved => {}
+        Missing::Read(read) => {
+            let Some(slots) = &rt.signal_slots else {
+                rt.fatal("a runtime without signal delivery took a SIGBUS fault");
+            };
+            let mut slot = slots.claim();
+            slot.reads.push(read);
+            if let Some(window) = slots.window_after(page) {
+                claim_window(rt, &window, page, &mut slot);
+            }
+            read_and_install(rt, &mut slot);
+        }
+        Missing::Busy => backoff(),
+    }
+}
+
+/// Claims the pages of `window` that sit in the store, as many as the slot
+/// holds, after the demand read already in it; counts the read-ahead pages
+/// the program passed on its way to `page` as used.
+fn claim_window(rt: &Shared, window: &Window, page: PageNo, slot: &mut Claimed<'_>) {
+    let pages = (rt.arena.len() / rt.page_size) as i64;
+    let mut q = window.passed_from;
+    while (page as i64 - q) * window.stride.signum() > 0 && (0..pages).contains(&q) {
+        prefetch_used(rt, q as PageNo);
+        q += window.stride;
+    }
+    let capacity = slot.slots.pages_per_slot;
+    let reads = &mut *slot.reads;
+    for k in 0..window.count as i64 {
+        let q = window.start + k * window.stride;
+        if !(0..pages).contains(&q) || reads.len() >= capacity {
+            break;
+        }
+        reads.extend(claim_for_prefetch(rt, q as PageNo));
+    }
+}
+
+/// Reads every page claimed in the slot into its buffers, then installs
+/// them: the demand page first, read-ahead pages in runs of consecutive
+/// pages with one UFFDIO_COPY each.
+fn read_and_install(rt: &Shared, slot: &mut Claimed<'_>) {
+    let started = now_ns();
+    let result = match &mut slot.ring {
+        Some(ring) => ring_read_all(rt, ring, slot.buffer, slot.reads, slot.slots.cpus),
+        None => pread_all(rt, slot.buffer, slot.reads),
+    };
+    let reads = &mut *slot.reads;
+    rt.read_latency.record(now_ns().saturating_sub(started));
+    if let Err((i, e)) = result {
+        // Fatal, as on every fault path: the page cannot be served, and
+        // with reads maybe still in flight the slot cannot be reused.
+        rt.fatal(&format!(
+            "reading page {} from backing slot {} failed: {e}",
+            reads[i].page, reads[i].slot
+        ));
+    }
+    let buffer = |i: usize| slot.buffer.wrapping_add(i * rt.page_size);
+    finish_read(rt, &reads[0], buffer(0));
+    let mut run = 1;
+    while run < reads.len() {
+        let mut end = run + 1;
+        while end < reads.len() && reads[end].page == reads[end - 1].page + 1 {
+            end += 1;
+        }
+        finish_read_ahead_run(rt, &reads[run..end], buffer(run));
+        run = end;
+    }
+    reads.clear();
+}
+
+/// pread of each claimed page into its buffer; the failing read's index.
+fn pread_all(rt: &Shared, buffer: *mut u8, reads: &[PageRead]) -> ReadResult {
+    for (i, read) in reads.iter().enumerate() {
+        // SAFETY: the slot holds a page-sized buffer per read, ours alone.
+        let buf =
+            unsafe { std::slice::from_raw_parts_mut(buffer.add(i * rt.page_size), rt.page_size) };
+        rt.store().read(read.slot, buf).map_err(|e| (i, e))?;
+    }
+    Ok(())
+}
+
+type ReadResult = std::result::Result<(), (usize, io::Error)>;
+
+/// Submits a read per claimed page to the slot's ring at once and waits
+/// for all of them by polling the ring for up to `POLL_NS`, then asleep.
+/// The faulting thread keeps its CPU meanwhile, so the completion needs no
+/// wake-up of a sleeping thread on another CPU.
+fn ring_read_all(
+    rt: &Shared,
+    ring: &mut IoUring,
+    buffer: *mut u8,
+    reads: &[PageRead],
+    cpus: usize,
+) -> ReadResult {
+    let len = rt.page_size as u32;
+    for (i, read) in reads.iter().enumerate() {
+        let (fd, offset) = rt.store().read_target(read.slot);
+        let entry = opcode::Read::new(types::Fd(fd), buffer.wrapping_add(i * rt.page_size), len)
+            .offset(offset)
+            .build()
+            .user_data(i as u64);
+        // SAFETY: each buffer stays valid and untouched until its
+        // completion is reaped below, before this function returns.
+        if unsafe { ring.submission().push(&entry) }.is_err() {
+            return Err((
+                i,
+                io::Error::other("the slot's ring is smaller than its buffers"),
+            ));
+        }
+    }
+    let mut pending = reads.len();
+    let mut failed = None;
+    let deadline = now_ns() + POLL_NS;
+    let mut submitted = false;
+    while pending > 0 {
+        let poll = now_ns() < deadline && cpus_to_spare(cpus);
+        let want = if submitted && !poll { pending } else { 0 };
+        // Entering the kernel submits the reads once, then runs the
+        // completions' task work.
+        match ring.submit_and_wait(want) {
+            Ok(_) => submitted = true,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+            // Reads may still be in flight into the buffers: the caller
+            // stops the process.
+            Err(e) => return Err((0, e)),
+        }
+        for cqe in ring.completion() {
+            pending -= 1;
+            let i = cqe.user_data() as usize;
+            let error = match cqe.result() {
+                n if n == len as i32 => {
+                    rt.store().read_done(reads[i].slot);
+                    continue;
+                }
+                n if n < 0 => io::Error::from_raw_os_error(-n),
+                n => io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("short read of {n} bytes of {len}"),
+                ),
+            };
+            failed.get_or_insert((i, error));
+        }
+        std::hint::spin_loop();
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Whether a faulting thread may poll: only while fewer threads are
+/// inside the handler than the process has CPUs, so that polling threads
+/// never take the CPUs the others (and the evictor) need. Two threads
+/// missing at once on two CPUs both sleep, as kernel swap's do.
+fn cpus_to_spare(cpus: usize) -> bool {
+    IN_HANDLER.load(Ordering::Relaxed) < cpus
+}
+
+fn current_thread_id() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// What a faulting thread reads pages with: a buffer of `pages_per_slot`
+/// direct-I/O aligned pages (the miss and its read-ahead), the list of
+/// pages claimed for it, and with the io_uring engine a small ring of its
+/// own. Taken and given back without a lock (a bit per slot).
+pub(crate) struct SignalSlots {
+    memory: Mapping,
+    page_size: usize,
+    pages_per_slot: usize,
+    /// One per slot, or none: pread.
+    rings: Vec<UnsafeCell<IoUring>>,
+    /// One per slot, with room for `pages_per_slot` reads (never grows).
+    reads: Vec<UnsafeCell<Vec<PageRead>>>,
+    free: AtomicU64,
+    /// Streams seen among misses, for the adaptive read-ahead; taken with
+    /// `try_lock` only, so a faulting thread never waits for it.
+    readahead: Option<Mutex<Readahead>>,
+    /// A fixed prefetch degree instead (part of a cache organization).
+    prefetch: Option<u32>,
+    /// CPUs the process may run on, when the slots were made.
+    cpus: usize,
+    /// How pages are read, for the stats.
+    pub engine: &'static str,
+    /// Why io_uring was wanted but not used.
+    pub fallback: Option<String>,
+}
+
+// SAFETY: a slot's ring and read list are only used by the thread holding
+// its bit in `free`, so no two threads ever touch them at once.
+unsafe impl Sync for SignalSlots {}
+
+/// A slot a faulting thread holds until it is dropped.
+struct Claimed<'a> {
+    slots: &'a SignalSlots,
+    index: u32,
+    buffer: *mut u8,
+    ring: Option<&'a mut IoUring>,
+    reads: &'a mut Vec<PageRead>,
+}
+
+impl SignalSlots {
+    /// As many slots as threads likely to miss at once (at most 64), with
+    /// a ring each under the io_uring engine, pread if rings cannot be made.
+    pub fn new(config: &Config) -> Result<SignalSlots> {
+        let cpus = crate::sys::thread::allowed_cpus().len().max(1);
+        let count = (4 * cpus).clamp(8, 64);
+        let page_size = config.page_size;
+        let prefetch = config.organization.prefetch;
+        let adaptive = prefetch.is_none() && config.io.readahead;
+        let window = match prefetch {
+            Some(degree) => degree as usize,
+            None if adaptive => max_window_pages(page_size) as usize,
+            None => 0,
+        };
+        let pages_per_slot = 1 + window;
+        let ring_entries = (pages_per_slot as u32).next_power_of_two().min(32_768);
+        let (rings, engine, fallback) = match config.io.engine {
+            IoEngine::Psync => (
+                Vec::new(),
+                "pread in the faulting thread (SIGBUS delivery, TIERMEM_IO_ENGINE=psync)",
+                None,
+            ),
+            IoEngine::IoUring => match (0..count).map(|_| IoUring::new(ring_entries)).collect() {
+                Ok(rings) => (
+                    rings,
+                    "io_uring, polled, in the faulting thread (SIGBUS delivery)",
+                    None,
+                ),
+                Err(e) => (
+                    Vec::new(),
+                    "pread in the faulting thread (SIGBUS delivery, io_uring unavailable)",
+                    Some(format!("io_uring_setup: {e}")),
+                ),
+            },
+        };
+        Ok(SignalSlots {
+            memory: Mapping::reserve_aligned(
+                count * pages_per_slot * page_size,
+                page_size,
+                "allocating buffers for faulting threads",
+            )?,
+            page_size,
+            pages_per_slot,
+            rings: rings.into_iter().map(UnsafeCell::new).collect(),
+            reads: (0..count)
+                .map(|_| UnsafeCell::new(Vec::with_capacity(pages_per_slot)))
+                .collect(),
+            free: AtomicU64::new(if count == 64 {
+                u64::MAX
+            } else {
+                (1 << count) - 1
+            }),
+            readahead: adaptive.then(|| Mutex::new(Readahead::new(page_size))),
+            prefetch,
+            cpus,
+            engine,
+            fallback,
+        })
+    }
+
+    /// What to read with a demand miss at `page`: the fixed prefetch
+    /// degree's pages, or the window of a stream the miss confirms.
+    fn window_after(&self, page: PageNo) -> Option<Window> {
+        match self.prefetch {
+            Some(0) => None,
+            Some(degree) => Some(Window::next_pages(page, degree)),
+            // Another thread is looking at the streams: skip, rather than
+            // wait inside a signal handler.
+            None => self.readahead.as_ref()?.try_lock().ok()?.on_miss(page),
+        }
+    }
+
+    /// Takes a free slot, waiting (rarely: there are more slots than CPUs)
+    /// for one to come back.
+    fn claim(&self) -> Claimed<'_> {
+        loop {
+            let free = self.free.load(Ordering::Acquire);
+            if free == 0 {
+                backoff();
+                continue;
+            }
+            let index = free.trailing_zeros();
+            let taken = free & !(1 << index);
+            if self
+                .free
+                .compare_exchange_weak(free, taken, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                let i = index as usize;
+                // SAFETY: `i` < count, so the offset stays inside the
+                // mapping; the slot's bit is ours, so its ring and read
+                // list are ours alone until the bit is given back on drop.
+                let (buffer, ring, reads) = unsafe {
+                    (
+                        self.memory
+                            .as_ptr()
+                            .add(i * self.pages_per_slot * self.page_size),
+                        self.rings.get(i).map(|r| &mut *r.get()),
+                        &mut *self.reads[i].get(),
+                    )
+                };
+                reads.clear();
+                return Claimed {
+                    slots: self,
+                    index,
+                    buffer,
+                    ring,
+                    reads,
+                };
+            }
+        }
+    }
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        self.slots.free.fetch_or(1 << self.index, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io_config::IoSettings;
+
+    fn config(engine: IoEngine, readahead: bool) -> Config {
+        Config::builder()
+            .dram_budget(64 << 20)
+            .io(IoSettings {
+                engine,
+                readahead,
+                ..IoSettings::default()
+            })
+            .build()
+            .expect("config")
+    }
+
+    #[test]
+    fn slots_are_handed_out_once_until_given_back() {
+        for engine in [IoEngine::IoUring, IoEngine::Psync] {
+            let slots = SignalSlots::new(&config(engine, true)).expect("slots");
+            let count = slots.free.load(Ordering::Relaxed).count_ones();
+            let held: Vec<_> = (0..count).map(|_| slots.claim()).collect();
+            let mut buffers: Vec<_> = held.iter().map(|c| c.buffer as usize).collect();
+            buffers.sort_unstable();
+            buffers.dedup();
+            assert_eq!(buffers.len(), count as usize, "each buffer once");
+            assert!(
+                buffers.iter().all(|p| p % 4096 == 0),
+                "aligned for direct I/O"
+            );
+            assert!(
+                buffers
+                    .windows(2)
+                    .all(|w| w[1] - w[0] >= slots.pages_per_slot * 4096),
+                "buffers do not overlap"
+            );
+            assert_eq!(slots.free.load(Ordering::Relaxed), 0);
+            let rings = held.iter().filter(|c| c.ring.is_some()).count();
+            assert_eq!(
+                rings,
+                if engine == IoEngine::Psync {
+                    0
+                } else {
+                    count as usize
+                }
+            );
+            drop(held);
+            assert_eq!(slots.free.load(Ordering::Relaxed).count_ones(), count);
+        }
+    }
+
+    #[test]
+    fn a_slot_holds_the_miss_and_its_largest_window() {
+        let with = SignalSlots::new(&config(IoEngine::IoUring, true)).expect("slots");
+        assert_eq!(with.pages_per_slot as u64, 1 + max_window_pages(4096));
+        let without = SignalSlots::new(&config(IoEngine::IoUring, false)).expect("slots");
+        assert_eq!(without.pages_per_slot, 1);
+        assert!(without.window_after(100).is_none());
+        // A stream confirmed by its third miss reads ahead.
+        assert!(with.window_after(10).is_none());
+        assert!(with.window_after(11).is_none());
+        let window = with.window_after(12).expect("a confirmed stream");
+        assert_eq!((window.start, window.stride), (13, 1));
+        assert!((window.count as usize) < with.pages_per_slot);
+    }
+}

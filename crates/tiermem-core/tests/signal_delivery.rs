@@ -1,0 +1,222 @@
+//! Signal delivery (`TIERMEM_FAULTS=signal`): the faulting thread resolves
+//! its own faults through SIGBUS. Every runtime in this file uses it, so no
+//! handler thread may exist in this process.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use common::{random_reads_and_writes, resident_bytes, Stamped};
+use tiermem_core::{Config, FaultDelivery, Organization, PolicyKind, Runtime};
+
+const REGION: usize = 256 << 20;
+const BUDGET: u64 = 32 << 20;
+
+fn signal_runtime(budget: u64, page_size: usize, policy: PolicyKind) -> Runtime {
+    signal_runtime_with(budget, page_size, policy, Organization::default())
+}
+
+fn signal_runtime_with(
+    budget: u64,
+    page_size: usize,
+    policy: PolicyKind,
+    organization: Organization,
+) -> Runtime {
+    let config = Config::builder()
+        .dram_budget(budget)
+        .page_size(page_size)
+        .policy(policy)
+        .backing(std::env::temp_dir())
+        .organization(organization)
+        .faults(FaultDelivery::Signal)
+        .build()
+        .expect("valid test config");
+    Runtime::new(config).expect(
+        "tiermem runtime (needs userfaultfd: run as root or set vm.unprivileged_userfaultfd=1)",
+    )
+}
+
+fn hammer(page_size: usize, policy: PolicyKind, threads: usize) {
+    let rt = signal_runtime(BUDGET, page_size, policy);
+    let base = rt.alloc(REGION).expect("alloc").as_ptr();
+    let stamped = Stamped::stamp(base, REGION);
+    let (lost_reads, over_budget) = random_reads_and_writes(
+        &stamped,
+        threads,
+        Duration::from_secs(3),
+        0x5167_0b05,
+        || {
+            let resident = rt.stats().resident_bytes;
+            let mapped = resident_bytes(base, REGION) as u64;
+            (resident > BUDGET || mapped > BUDGET)
+                .then(|| format!("resident {resident}, mapped {mapped}, budget {BUDGET}"))
+        },
+    );
+    assert_eq!(over_budget, None, "over budget");
+    assert_eq!(lost_reads, 0, "reads saw a page without its identity");
+    stamped
+        .verify()
+        .unwrap_or_else(|e| panic!("signal delivery, {policy:?}/{page_size}: {e}"));
+    let stats = rt.stats();
+    assert!(
+        stats.page_outs > 0 && stats.page_ins > 0 && stats.wp_faults > 0,
+        "paging and write-protect faults must both happen: {stats:?}"
+    );
+    assert!(stats.io_engine.contains("SIGBUS"), "{}", stats.io_engine);
+    assert_eq!(handler_threads(), 0, "signal delivery starts no handler");
+}
+
+/// Fault handler threads of this process (the runtime names them).
+fn handler_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("tiermem-fault"))
+        .count()
+}
+
+#[test]
+fn every_page_survives_heavy_paging_4k() {
+    hammer(4096, PolicyKind::Clock, 3);
+}
+
+#[test]
+fn every_page_survives_heavy_paging_64k_s3fifo() {
+    hammer(64 << 10, PolicyKind::S3Fifo, 3);
+}
+
+#[test]
+fn a_fixed_prefetch_degree_reads_the_following_pages_too() {
+    let organization = Organization {
+        prefetch: Some(3),
+        ..Organization::default()
+    };
+    let rt = signal_runtime_with(BUDGET, 4096, PolicyKind::Fifo, organization);
+    let base = rt.alloc(REGION / 2).expect("alloc").as_ptr();
+    let stamped = Stamped::stamp(base, REGION / 2);
+    let before = rt.stats();
+    // A second pass over all of it: every miss brings three more pages.
+    for unit in 0..stamped.units {
+        assert!(stamped.read_ok(unit), "unit {unit} lost its identity");
+    }
+    let stats = rt.stats();
+    let ins = stats.page_ins - before.page_ins;
+    let prefetched = stats.prefetch_issued - before.prefetch_issued;
+    assert!(
+        prefetched * 2 > ins,
+        "most page-ins should be prefetches: {prefetched} of {ins}"
+    );
+    stamped.verify().expect("every page intact");
+}
+
+#[test]
+fn two_runtimes_keep_their_faults_apart_and_one_can_go_first() {
+    let first = signal_runtime(8 << 20, 4096, PolicyKind::Clock);
+    let second = signal_runtime(8 << 20, 4096, PolicyKind::Fifo);
+    let len = 64 << 20;
+    let a = Stamped::stamp(first.alloc(len).expect("alloc").as_ptr(), len);
+    let b = Stamped::stamp(second.alloc(len).expect("alloc").as_ptr(), len);
+    a.verify().expect("first runtime's pages");
+    b.verify().expect("second runtime's pages");
+    drop(a);
+    drop(first);
+    let (lost, _) = random_reads_and_writes(&b, 2, Duration::from_secs(1), 7, || None);
+    assert_eq!(lost, 0);
+    b.verify()
+        .expect("second runtime's pages after the first stopped");
+    assert!(second.stats().page_ins > 0, "the second runtime paged");
+}
+
+/// The price of signal delivery, documented in `FaultDelivery::Signal`: the
+/// kernel does not wait for a page that is not resident.
+#[test]
+fn a_system_call_given_evicted_tiered_memory_fails_with_efault() {
+    let rt = signal_runtime(4 << 20, 4096, PolicyKind::Clock);
+    let len = 1 << 20;
+    let buf = rt.alloc(len).expect("alloc").as_ptr();
+    // SAFETY: `buf` is a live allocation of `len` bytes.
+    unsafe { std::ptr::write_bytes(buf, 0x5a, len) };
+    // Push it out with a flood four times the budget.
+    let flood_len = 16 << 20;
+    let flood = rt.alloc(flood_len).expect("alloc").as_ptr();
+    for off in (0..flood_len).step_by(4096) {
+        // SAFETY: inside the live flood allocation.
+        unsafe { flood.add(off).write(1) };
+    }
+    assert_eq!(resident_bytes(buf, 4096), 0, "its first page was evicted");
+    let (rc, errno) = pipe_write(buf, 4096);
+    assert_eq!((rc, errno), (-1, Some(libc::EFAULT)), "evicted page");
+    // SAFETY: a load from the live allocation brings the page in.
+    assert_eq!(unsafe { buf.read_volatile() }, 0x5a);
+    let (rc, _) = pipe_write(buf, 4096);
+    assert_eq!(rc, 4096, "a resident page is written in full");
+}
+
+/// write(2) of `len` bytes at `ptr` into a pipe, which copies them.
+fn pipe_write(ptr: *const u8, len: usize) -> (isize, Option<i32>) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the range is inside a live allocation; the kernel only reads it.
+    let rc = unsafe { libc::write(fds[1], ptr.cast(), len) };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    // SAFETY: closing the two descriptors just made.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    (rc, errno)
+}
+
+const CHILD: &str = "TIERMEM_TEST_SIGBUS_CHILD";
+
+/// A SIGBUS that is not tiermem's (here: a load beyond the end of a
+/// truncated file mapping) still kills the process, as it would without
+/// tiermem, instead of being swallowed or looping forever.
+#[test]
+fn a_foreign_sigbus_still_kills_the_process() {
+    if std::env::var_os(CHILD).is_some() {
+        return foreign_sigbus_child();
+    }
+    let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "a_foreign_sigbus_still_kills_the_process",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .status()
+        .expect("running the child");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGBUS),
+        "the child must die of SIGBUS: {status:?}"
+    );
+}
+
+fn foreign_sigbus_child() {
+    let rt = signal_runtime(4 << 20, 4096, PolicyKind::Clock);
+    let tiered = Stamped::stamp(rt.alloc(1 << 20).expect("alloc").as_ptr(), 1 << 20);
+    tiered.verify().expect("tiered memory works");
+    let file = tempfile::tempfile_in("/var/tmp").expect("temp file");
+    file.set_len(4096).expect("set_len");
+    // SAFETY: a fresh shared mapping of our own file.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    file.set_len(0).expect("truncate");
+    // SAFETY: deliberately touching a page past the end of the file, which
+    // raises SIGBUS; the test expects this process to die of it.
+    let byte = unsafe { (map as *const u8).read_volatile() };
+    eprintln!("read {byte} past the end of a file without SIGBUS");
+    std::process::exit(0);
+}
