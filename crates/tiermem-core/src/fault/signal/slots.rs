@@ -1,0 +1,247 @@
+//! The slots faulting threads read pages with under signal delivery: a
+//! buffer for a miss and its read-ahead window, the list of pages claimed
+//! for it, and a small io_uring, handed out without a lock.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use io_uring::IoUring;
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::fault::backoff;
+use crate::fault::readahead::{max_window_pages, Readahead, Window};
+use crate::fault::PageRead;
+use crate::io_config::IoEngine;
+use crate::page_table::PageNo;
+use crate::sys::mem::Mapping;
+
+/// What a faulting thread reads pages with: a buffer of `pages_per_slot`
+/// direct-I/O aligned pages (the miss and its read-ahead), the list of
+/// pages claimed for it, and with the io_uring engine a small ring of its
+/// own. Taken and given back without a lock (a bit per slot).
+pub(crate) struct SignalSlots {
+    memory: Mapping,
+    page_size: usize,
+    pub pages_per_slot: usize,
+    /// One per slot, or none: pread.
+    rings: Vec<UnsafeCell<IoUring>>,
+    /// One per slot, with room for `pages_per_slot` reads (never grows).
+    reads: Vec<UnsafeCell<Vec<PageRead>>>,
+    free: AtomicU64,
+    /// Streams seen among misses, for the adaptive read-ahead; taken with
+    /// `try_lock` only, so a faulting thread never waits for it.
+    readahead: Option<Mutex<Readahead>>,
+    /// A fixed prefetch degree instead (part of a cache organization).
+    prefetch: Option<u32>,
+    /// CPUs the process may run on, when the slots were made.
+    pub cpus: usize,
+    /// How pages are read, for the stats.
+    pub engine: &'static str,
+    /// Why io_uring was wanted but not used.
+    pub fallback: Option<String>,
+}
+
+// SAFETY: a slot's ring and read list are only used by the thread holding
+// its bit in `free`, so no two threads ever touch them at once.
+unsafe impl Sync for SignalSlots {}
+
+/// A slot a faulting thread holds until it is dropped.
+pub(super) struct Claimed<'a> {
+    pub slots: &'a SignalSlots,
+    index: u32,
+    /// `slots.pages_per_slot` pages, one per read in `reads`, in order.
+    pub buffer: *mut u8,
+    pub ring: Option<&'a mut IoUring>,
+    /// The demand read first, then the read-ahead pages claimed with it.
+    pub reads: &'a mut Vec<PageRead>,
+}
+
+impl SignalSlots {
+    /// As many slots as threads likely to miss at once (at most 64), with
+    /// a ring each under the io_uring engine, pread if rings cannot be made.
+    pub fn new(config: &Config) -> Result<SignalSlots> {
+        let cpus = crate::sys::thread::allowed_cpus().len().max(1);
+        let count = (4 * cpus).clamp(8, 64);
+        let page_size = config.page_size;
+        let prefetch = config.organization.prefetch;
+        let adaptive = prefetch.is_none() && config.io.readahead;
+        let window = match prefetch {
+            Some(degree) => degree as usize,
+            None if adaptive => max_window_pages(page_size) as usize,
+            None => 0,
+        };
+        let pages_per_slot = 1 + window;
+        let ring_entries = (pages_per_slot as u32).next_power_of_two().min(32_768);
+        let (rings, engine, fallback) = match config.io.engine {
+            IoEngine::Psync => (
+                Vec::new(),
+                "pread in the faulting thread (SIGBUS delivery, TIERMEM_IO_ENGINE=psync)",
+                None,
+            ),
+            IoEngine::IoUring => match (0..count).map(|_| IoUring::new(ring_entries)).collect() {
+                Ok(rings) => (
+                    rings,
+                    "io_uring, polled, in the faulting thread (SIGBUS delivery)",
+                    None,
+                ),
+                Err(e) => (
+                    Vec::new(),
+                    "pread in the faulting thread (SIGBUS delivery, io_uring unavailable)",
+                    Some(format!("io_uring_setup: {e}")),
+                ),
+            },
+        };
+        Ok(SignalSlots {
+            memory: Mapping::reserve_aligned(
+                count * pages_per_slot * page_size,
+                page_size,
+                "allocating buffers for faulting threads",
+            )?,
+            page_size,
+            pages_per_slot,
+            rings: rings.into_iter().map(UnsafeCell::new).collect(),
+            reads: (0..count)
+                .map(|_| UnsafeCell::new(Vec::with_capacity(pages_per_slot)))
+                .collect(),
+            free: AtomicU64::new(if count == 64 {
+                u64::MAX
+            } else {
+                (1 << count) - 1
+            }),
+            readahead: adaptive.then(|| Mutex::new(Readahead::new(page_size))),
+            prefetch,
+            cpus,
+            engine,
+            fallback,
+        })
+    }
+
+    /// What to read with a demand miss at `page`: the fixed prefetch
+    /// degree's pages, or the window of a stream the miss confirms.
+    pub(super) fn window_after(&self, page: PageNo) -> Option<Window> {
+        match self.prefetch {
+            Some(0) => None,
+            Some(degree) => Some(Window::next_pages(page, degree)),
+            // Another thread is looking at the streams: skip, rather than
+            // wait inside a signal handler.
+            None => self.readahead.as_ref()?.try_lock().ok()?.on_miss(page),
+        }
+    }
+
+    /// Takes a free slot, waiting (rarely: there are more slots than CPUs)
+    /// for one to come back.
+    pub(super) fn claim(&self) -> Claimed<'_> {
+        loop {
+            let free = self.free.load(Ordering::Acquire);
+            if free == 0 {
+                backoff();
+                continue;
+            }
+            let index = free.trailing_zeros();
+            let taken = free & !(1 << index);
+            if self
+                .free
+                .compare_exchange_weak(free, taken, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                let i = index as usize;
+                // SAFETY: `i` < count, so the offset stays inside the
+                // mapping; the slot's bit is ours, so its ring and read
+                // list are ours alone until the bit is given back on drop.
+                let (buffer, ring, reads) = unsafe {
+                    (
+                        self.memory
+                            .as_ptr()
+                            .add(i * self.pages_per_slot * self.page_size),
+                        self.rings.get(i).map(|r| &mut *r.get()),
+                        &mut *self.reads[i].get(),
+                    )
+                };
+                reads.clear();
+                return Claimed {
+                    slots: self,
+                    index,
+                    buffer,
+                    ring,
+                    reads,
+                };
+            }
+        }
+    }
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        self.slots.free.fetch_or(1 << self.index, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io_config::IoSettings;
+
+    fn config(engine: IoEngine, readahead: bool) -> Config {
+        Config::builder()
+            .dram_budget(64 << 20)
+            .io(IoSettings {
+                engine,
+                readahead,
+                ..IoSettings::default()
+            })
+            .build()
+            .expect("config")
+    }
+
+    #[test]
+    fn slots_are_handed_out_once_until_given_back() {
+        for engine in [IoEngine::IoUring, IoEngine::Psync] {
+            let slots = SignalSlots::new(&config(engine, true)).expect("slots");
+            let count = slots.free.load(Ordering::Relaxed).count_ones();
+            let held: Vec<_> = (0..count).map(|_| slots.claim()).collect();
+            let mut buffers: Vec<_> = held.iter().map(|c| c.buffer as usize).collect();
+            buffers.sort_unstable();
+            buffers.dedup();
+            assert_eq!(buffers.len(), count as usize, "each buffer once");
+            assert!(
+                buffers.iter().all(|p| p % 4096 == 0),
+                "aligned for direct I/O"
+            );
+            assert!(
+                buffers
+                    .windows(2)
+                    .all(|w| w[1] - w[0] >= slots.pages_per_slot * 4096),
+                "buffers do not overlap"
+            );
+            assert_eq!(slots.free.load(Ordering::Relaxed), 0);
+            let rings = held.iter().filter(|c| c.ring.is_some()).count();
+            assert_eq!(
+                rings,
+                if engine == IoEngine::Psync {
+                    0
+                } else {
+                    count as usize
+                }
+            );
+            drop(held);
+            assert_eq!(slots.free.load(Ordering::Relaxed).count_ones(), count);
+        }
+    }
+
+    #[test]
+    fn a_slot_holds_the_miss_and_its_largest_window() {
+        let with = SignalSlots::new(&config(IoEngine::IoUring, true)).expect("slots");
+        assert_eq!(with.pages_per_slot as u64, 1 + max_window_pages(4096));
+        let without = SignalSlots::new(&config(IoEngine::IoUring, false)).expect("slots");
+        assert_eq!(without.pages_per_slot, 1);
+        assert!(without.window_after(100).is_none());
+        // A stream confirmed by its third miss reads ahead.
+        assert!(with.window_after(10).is_none());
+        assert!(with.window_after(11).is_none());
+        let window = with.window_after(12).expect("a confirmed stream");
+        assert_eq!((window.start, window.stride), (13, 1));
+        assert!((window.count as usize) < with.pages_per_slot);
+    }
+}
