@@ -6,6 +6,7 @@
  * refused with EINVAL and a message naming TIERMEM_FAULTS.
  * Prints "signal_client: ok" on success. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -44,6 +45,25 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* Threads of this process whose name starts with `prefix`. */
+static int threads_named(const char *prefix) {
+    DIR *tasks = opendir("/proc/self/task");
+    CHECK(tasks != NULL, "opendir /proc/self/task");
+    int n = 0;
+    struct dirent *t;
+    while ((t = readdir(tasks)) != NULL) {
+        if (t->d_name[0] == '.') continue;
+        char path[300], name[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", t->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) continue;
+        if (fgets(name, sizeof name, f) != NULL && strncmp(name, prefix, strlen(prefix)) == 0) n++;
+        fclose(f);
+    }
+    closedir(tasks);
+    return n;
+}
+
 static volatile sig_atomic_t foreign_sigbus;
 static void on_foreign_sigbus(int sig) { (void)sig; foreign_sigbus++; }
 
@@ -66,6 +86,9 @@ static int good(const char *backing) {
     CHECK(tm_stats(&st) == 0, "tm_stats");
     CHECK(st.page_ins > 0 && st.page_outs > 0, "no paging: %lu in, %lu out", (unsigned long)st.page_ins, (unsigned long)st.page_outs);
     CHECK(st.peak_resident_bytes <= 8 * MIB, "peak %lu", (unsigned long)st.peak_resident_bytes);
+    /* Signal delivery really is on: the evictor runs, no fault handler does. */
+    CHECK(threads_named("tiermem-evict") == 1, "the evictor thread is missing");
+    CHECK(threads_named("tiermem-fault") == 0, "fault handler threads run under signal delivery");
     CHECK(raise(SIGBUS) == 0 && foreign_sigbus == 1, "the program's own SIGBUS handler ran %d times", (int)foreign_sigbus);
     tm_free(region);
     return 0;

@@ -492,6 +492,15 @@ impl ConfigBuilder {
         }
         let organization = self.organization.unwrap_or_default();
         organization.validate(dram_budget / page_size as u64)?;
+        let faults = self.faults.unwrap_or_default();
+        if faults == FaultDelivery::Signal && !cfg!(target_arch = "x86_64") {
+            return Err(invalid(
+                ENV_FAULTS,
+                faults.name(),
+                "handler: signal delivery needs x86-64, where the page-fault error code \
+                 tells a write from a read",
+            ));
+        }
         Ok(Config {
             dram_budget,
             backing,
@@ -499,7 +508,7 @@ impl ConfigBuilder {
             page_size,
             policy: self.policy.unwrap_or(defaults.policy),
             handler_threads,
-            faults: self.faults.unwrap_or_default(),
+            faults,
             io: self.io.unwrap_or_default(),
             organization,
             watermark_scale_factor: self.watermark_scale_factor,

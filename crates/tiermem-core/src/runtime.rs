@@ -625,7 +625,7 @@ impl Runtime {
         s.metadata_bytes = rt.table.committed_bytes(allocated_pages)
             + rt.slots().metadata_bytes()
             + rt.frames.touched_bytes().saturating_sub(s.resident_bytes)
-            + (rt.config.handler_threads as u64 + 1) * page;
+            + io_buffer_bytes(rt);
         s.page_size = page;
         s.fault_latency = rt.fault_latency.summary();
         s.page_in_latency = rt.page_in_latency.summary();
@@ -655,6 +655,15 @@ impl Drop for Runtime {
             t.join();
         }
         rt.uffd.unregister(rt.arena.addr(), rt.arena.len());
+    }
+}
+
+/// The I/O buffers outside the budget: a page per handler thread and the
+/// evictor, or the slots of faulting threads under signal delivery.
+fn io_buffer_bytes(rt: &Shared) -> u64 {
+    match &rt.signal_slots {
+        Some(slots) => slots.buffer_bytes() + rt.page_size as u64,
+        None => (rt.config.handler_threads as u64 + 1) * rt.page_size as u64,
     }
 }
 

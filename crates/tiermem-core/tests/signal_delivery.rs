@@ -173,32 +173,61 @@ const CHILD: &str = "TIERMEM_TEST_SIGBUS_CHILD";
 
 /// A SIGBUS that is not tiermem's (here: a load beyond the end of a
 /// truncated file mapping) still kills the process, as it would without
-/// tiermem, instead of being swallowed or looping forever.
+/// tiermem, instead of being swallowed or raised forever: whether the
+/// SIGBUS handler before tiermem's was Rust's own (the test binary's), the
+/// default action, or "ignore" (which the kernel overrides for a SIGBUS
+/// raised by an access).
 #[test]
 fn a_foreign_sigbus_still_kills_the_process() {
-    if std::env::var_os(CHILD).is_some() {
-        return foreign_sigbus_child();
+    if let Some(before) = std::env::var_os(CHILD) {
+        return foreign_sigbus_child(&before.to_string_lossy());
     }
-    let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "a_foreign_sigbus_still_kills_the_process",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .status()
-        .expect("running the child");
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGBUS),
-        "the child must die of SIGBUS: {status:?}"
-    );
+    for before in ["rust", "default", "ignore"] {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "a_foreign_sigbus_still_kills_the_process",
+                "--nocapture",
+            ])
+            .env(CHILD, before)
+            .spawn()
+            .expect("running the child");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("waiting for the child") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("with a {before} handler before ours, the child hung");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGBUS),
+            "with a {before} handler before ours, the child must die of SIGBUS: {status:?}"
+        );
+    }
 }
 
-fn foreign_sigbus_child() {
+fn foreign_sigbus_child(before: &str) {
+    let disposition = match before {
+        "default" => Some(libc::SIG_DFL),
+        "ignore" => Some(libc::SIG_IGN),
+        _ => None,
+    };
+    if let Some(disposition) = disposition {
+        // SAFETY: setting SIGBUS's disposition before any handler of ours.
+        unsafe { libc::signal(libc::SIGBUS, disposition) };
+    }
     let rt = signal_runtime(4 << 20, 4096, PolicyKind::Clock);
-    let tiered = Stamped::stamp(rt.alloc(1 << 20).expect("alloc").as_ptr(), 1 << 20);
+    let tiered = Stamped::stamp(rt.alloc(16 << 20).expect("alloc").as_ptr(), 16 << 20);
     tiered.verify().expect("tiered memory works");
+    assert!(
+        rt.stats().page_ins > 0,
+        "tiermem served SIGBUS faults first"
+    );
     let file = tempfile::tempfile_in("/var/tmp").expect("temp file");
     file.set_len(4096).expect("set_len");
     // SAFETY: a fresh shared mapping of our own file.

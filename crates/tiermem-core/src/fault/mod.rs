@@ -241,11 +241,21 @@ fn predict_write(rt: &Shared, read: &mut PageRead) {
 /// degree is part of the cache's organization and waits for the evictor
 /// like the miss itself.
 pub(crate) fn claim_for_prefetch(rt: &Shared, page: PageNo) -> Option<PageRead> {
+    claim_prefetch(rt, page, rt.config.organization.prefetch.is_some())
+}
+
+/// [`claim_for_prefetch`] that never waits for DRAM: for a faulting thread
+/// that already holds pages (signal delivery), where waiting could leave
+/// every charged page held by waiting threads.
+pub(crate) fn claim_for_prefetch_if_free(rt: &Shared, page: PageNo) -> Option<PageRead> {
+    claim_prefetch(rt, page, false)
+}
+
+fn claim_prefetch(rt: &Shared, page: PageNo, wait: bool) -> Option<PageRead> {
     let state = rt.table.load(page);
     if state.kind() != Kind::Stored {
         return None;
     }
-    let wait = rt.config.organization.prefetch.is_some();
     if !matches!(claim_for_load(rt, page, state, wait), Claim::Claimed) {
         return None;
     }

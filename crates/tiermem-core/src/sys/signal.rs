@@ -54,13 +54,18 @@ pub fn install_bus_handler(handler: BusFaultHandler) -> io::Result<()> {
     // it is blocked, which the kernel answers by killing the process.
     // SAFETY: `sa_mask` is a valid sigset_t inside `action`.
     unsafe { libc::sigfillset(&mut action.sa_mask) };
-    // SAFETY: both pointers are valid sigaction structs.
+    // The handler to forward to is known before ours can run.
+    // SAFETY: a zeroed sigaction is valid for the kernel to fill in.
     let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: `action` and `previous` are valid for the call.
-    if unsafe { libc::sigaction(libc::SIGBUS, &action, &mut previous) } != 0 {
+    // SAFETY: a null new action only reads the current one into `previous`.
+    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut previous) } != 0 {
         return Err(io::Error::last_os_error());
     }
     let _ = PREVIOUS.set(previous);
+    // SAFETY: `action` is a valid sigaction; the old one is not needed.
+    if unsafe { libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     Ok(())
 }
 
@@ -93,9 +98,11 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *
 /// # Safety
 /// `info` and `context` are what the kernel passed to an SA_SIGINFO handler.
 unsafe fn decode(info: *mut libc::siginfo_t, context: *mut libc::c_void) -> Option<BusFault> {
+    /// The code userfaultfd's SIGBUS carries (`BUS_ADRERR`, not in libc's
+    /// Linux bindings). Others (machine checks, sent signals) are not ours.
+    const BUS_ADRERR: libc::c_int = 2;
     let info = &*info;
-    // A kernel-raised fault has a positive code (BUS_ADRERR for userfaultfd).
-    if info.si_code <= 0 {
+    if info.si_code != BUS_ADRERR {
         return None;
     }
     let (write, protection) = access_of(context);
@@ -117,9 +124,10 @@ unsafe fn access_of(context: *mut libc::c_void) -> (bool, bool) {
     (error_code & PF_WRITE != 0, error_code & PF_PROT != 0)
 }
 
-/// Elsewhere the access kind is not decoded: a read installs the page
-/// write-protected and a write then takes a second, protection fault (the
-/// page is present by then, which the handler sees in its page table).
+/// Elsewhere the access kind is not decoded, and without it a write to a
+/// write-protected page would look like a duplicate missing fault forever:
+/// the configuration refuses signal delivery off x86-64, so this is never
+/// called.
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn access_of(_context: *mut libc::c_void) -> (bool, bool) {
     (false, false)
@@ -134,14 +142,17 @@ unsafe fn access_of(_context: *mut libc::c_void) -> (bool, bool) {
 unsafe fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     let previous = PREVIOUS.get();
     let target = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
-    if target == libc::SIG_IGN {
+    let raised = (*info).si_code > 0;
+    if target == libc::SIG_IGN && !raised {
         return;
     }
-    if target == libc::SIG_DFL {
+    // A SIGBUS raised by an access kills the process even when ignored:
+    // returning would run the access, and raise it, forever.
+    if target == libc::SIG_DFL || target == libc::SIG_IGN {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
-        if (*info).si_code <= 0 {
+        if !raised {
             // Sent, not raised by an access: nothing will raise it again.
             libc::raise(libc::SIGBUS);
         }

@@ -134,6 +134,34 @@ pub fn restrict_current_thread(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
+/// Thread cancellation held off until dropped (`pthread_setcancelstate`,
+/// which the libc crate does not bind).
+pub struct CancellationHeld(libc::c_int);
+
+extern "C" {
+    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+}
+
+/// glibc's `PTHREAD_CANCEL_DISABLE`.
+const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+
+impl CancellationHeld {
+    pub fn hold() -> CancellationHeld {
+        let mut previous = 0;
+        // SAFETY: sets this thread's cancel state; `previous` receives the old one.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut previous) };
+        CancellationHeld(previous)
+    }
+}
+
+impl Drop for CancellationHeld {
+    fn drop(&mut self) {
+        let mut ignored = 0;
+        // SAFETY: restores the state saved by `hold` on this same thread.
+        unsafe { pthread_setcancelstate(self.0, &mut ignored) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,10 +17,15 @@
 //! it) fail with EFAULT instead of waiting, so this is opt-in and refused
 //! in transparent mode.
 //!
-//! Signal-handler rules hold on this path: no allocation, no lock the
-//! interrupted code could hold (the interrupted code is the program's own,
-//! touching tiered memory, which runtime code never does), errno restored
-//! by `sys::signal`.
+//! Signal-handler rules: this path runs where the program touched tiered
+//! memory, never inside tiermem (runtime code does not touch tiered
+//! memory), so the locks it takes (the budget's, the evictor's) are never
+//! held by the code it interrupted. It can allocate (the policy's queues
+//! grow in blocks), so tiered memory must not be touched from a program's
+//! *asynchronous* signal handler that may interrupt `malloc`; README,
+//! "Signal delivery". Every other signal is blocked while it runs,
+//! thread cancellation is held off, and errno is restored by
+//! `sys::signal`.
 //!
 //! [`FaultDelivery::Signal`]: crate::config::FaultDelivery::Signal
 
@@ -29,34 +34,39 @@ mod slots;
 use std::io;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 
 pub(crate) use slots::SignalSlots;
 
 use super::readahead::Window;
 use super::ring::POLL_NS;
 use super::{
-    backoff, begin_fault, claim_for_prefetch, finish_read, finish_read_ahead_run, prefetch_used,
-    resolve_fault, Missing, PageRead,
+    backoff, begin_fault, claim_for_prefetch_if_free, finish_read, finish_read_ahead_run,
+    prefetch_used, resolve_fault, Missing, PageRead,
 };
 use crate::error::{Error, Result};
-use crate::page_table::PageNo;
+use crate::page_table::{Kind, PageNo};
 use crate::runtime::Shared;
 use crate::sys::now_ns;
 use crate::sys::signal::{install_bus_handler, BusFault};
+use crate::sys::thread::CancellationHeld;
 use crate::sys::uffd::Fault;
 use slots::Claimed;
 
 /// Runtimes with signal delivery that one process may hold at once.
 const MAX_RUNTIMES: usize = 64;
 
-/// The runtimes the signal handler serves. A pointer is only dereferenced
-/// between the increment and decrement of [`IN_HANDLER`], and
-/// [`unregister`] waits for that count to drop after clearing its slot, so
-/// a runtime outlives every handler that may have seen it.
+/// The runtimes the signal handler serves. A handler announces itself in
+/// the slot's [`USERS`] count before it reads the slot's pointer, and
+/// [`unregister`] clears the pointer before it waits for that count to
+/// drop, so a runtime outlives every handler that may have seen it, and
+/// waits only for its own faults.
 static RUNTIMES: [AtomicPtr<Shared>; MAX_RUNTIMES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_RUNTIMES];
-static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
+static USERS: [AtomicUsize; MAX_RUNTIMES] = [const { AtomicUsize::new(0) }; MAX_RUNTIMES];
+/// Threads resolving a fault right now, in every runtime (see
+/// [`cpus_to_spare`]).
+static FAULTING: AtomicUsize = AtomicUsize::new(0);
 
 /// Makes the signal handler serve `rt`'s arena. `rt` must stay alive until
 /// [`unregister`].
@@ -82,36 +92,50 @@ pub(crate) fn register(rt: &Shared) -> Result<()> {
 /// Stops serving `rt`, and returns once no signal handler can still use it.
 pub(crate) fn unregister(rt: &Shared) {
     let ptr = rt as *const Shared as *mut Shared;
-    for slot in &RUNTIMES {
-        let _ = slot.compare_exchange(
+    for (slot, users) in RUNTIMES.iter().zip(&USERS) {
+        let cleared = slot.compare_exchange(
             ptr,
             std::ptr::null_mut(),
             Ordering::SeqCst,
             Ordering::SeqCst,
         );
-    }
-    while IN_HANDLER.load(Ordering::SeqCst) != 0 {
-        std::thread::yield_now();
+        if cleared.is_ok() {
+            while users.load(Ordering::SeqCst) != 0 {
+                std::thread::yield_now();
+            }
+        }
     }
 }
 
 /// The process's SIGBUS handler: false if the address is in no arena of ours.
 fn on_bus_fault(bus: &BusFault) -> bool {
-    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
-    let handled = RUNTIMES.iter().any(|slot| {
-        let ptr = slot.load(Ordering::SeqCst);
-        // SAFETY: a registered runtime lives until `unregister` has seen
-        // IN_HANDLER at zero, and we hold it above zero.
-        let Some(rt) = (unsafe { ptr.as_ref() }) else {
+    RUNTIMES.iter().zip(&USERS).any(|(slot, users)| {
+        if slot.load(Ordering::Relaxed).is_null() {
             return false;
-        };
-        rt.page_of(bus.address).is_some() && {
-            resolve(rt, bus);
-            true
         }
-    });
-    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
-    handled
+        users.fetch_add(1, Ordering::SeqCst);
+        let ptr = slot.load(Ordering::SeqCst);
+        // SAFETY: a registered runtime lives until `unregister` has cleared
+        // its slot and then seen its users at zero; we count as one.
+        let ours = unsafe { ptr.as_ref() }.is_some_and(|rt| {
+            rt.page_of(bus.address).is_some() && {
+                resolve_without_cancellation(rt, bus);
+                true
+            }
+        });
+        users.fetch_sub(1, Ordering::SeqCst);
+        ours
+    })
+}
+
+/// [`resolve`] with thread cancellation held off: a cancellation acted on
+/// in a read would unwind out of a signal handler and leave the page
+/// claimed.
+fn resolve_without_cancellation(rt: &Shared, bus: &BusFault) {
+    let _held = CancellationHeld::hold();
+    FAULTING.fetch_add(1, Ordering::Relaxed);
+    resolve(rt, bus);
+    FAULTING.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Resolves the fault, or leaves it for the access to raise again when the
@@ -139,7 +163,22 @@ fn resolve(rt: &Shared, bus: &BusFault) {
             }
             read_and_install(rt, &mut slot);
         }
-        Missing::Busy => backoff(),
+        Missing::Busy => wait_while_busy(rt, page),
+    }
+}
+
+/// Waits, here rather than by faulting again and again, until the thread
+/// that owns the page (reading it in or writing it out) is done with it,
+/// for at most a few milliseconds; then the access runs again.
+fn wait_while_busy(rt: &Shared, page: PageNo) {
+    const LIMIT_NS: u64 = 5_000_000;
+    let until = now_ns() + LIMIT_NS;
+    loop {
+        backoff();
+        let busy = matches!(rt.table.load(page).kind(), Kind::Loading | Kind::Evicting);
+        if !busy || now_ns() > until {
+            return;
+        }
     }
 }
 
@@ -160,7 +199,7 @@ fn claim_window(rt: &Shared, window: &Window, page: PageNo, slot: &mut Claimed<'
         if !(0..pages).contains(&q) || reads.len() >= capacity {
             break;
         }
-        reads.extend(claim_for_prefetch(rt, q as PageNo));
+        reads.extend(claim_for_prefetch_if_free(rt, q as PageNo));
     }
 }
 
@@ -221,20 +260,12 @@ fn ring_read_all(
     reads: &[PageRead],
     cpus: usize,
 ) -> ReadResult {
-    let len = rt.page_size as u32;
-    for (i, read) in reads.iter().enumerate() {
-        let (fd, offset) = rt.store().read_target(read.slot);
-        let entry = opcode::Read::new(types::Fd(fd), buffer.wrapping_add(i * rt.page_size), len)
-            .offset(offset)
-            .build()
-            .user_data(i as u64);
+    for i in 0..reads.len() {
         // SAFETY: each buffer stays valid and untouched until its
         // completion is reaped below, before this function returns.
-        if unsafe { ring.submission().push(&entry) }.is_err() {
-            return Err((
-                i,
-                io::Error::other("the slot's ring is smaller than its buffers"),
-            ));
+        if unsafe { ring.submission().push(&read_entry(rt, buffer, reads, i)) }.is_err() {
+            let full = io::Error::other("the slot's ring is smaller than its buffers");
+            return Err((i, full));
         }
     }
     let mut pending = reads.len();
@@ -244,7 +275,7 @@ fn ring_read_all(
     while pending > 0 {
         let poll = now_ns() < deadline && cpus_to_spare(cpus);
         let want = if submitted && !poll { pending } else { 0 };
-        // Entering the kernel submits the reads once, then runs the
+        // Entering the kernel submits what is queued, then runs the
         // completions' task work.
         match ring.submit_and_wait(want) {
             Ok(_) => submitted = true,
@@ -253,33 +284,57 @@ fn ring_read_all(
             // stops the process.
             Err(e) => return Err((0, e)),
         }
-        for cqe in ring.completion() {
-            pending -= 1;
+        let (_, mut queue, completions) = ring.split();
+        for cqe in completions {
             let i = cqe.user_data() as usize;
             let error = match cqe.result() {
-                n if n == len as i32 => {
+                n if n == rt.page_size as i32 => {
+                    pending -= 1;
                     rt.store().read_done(reads[i].slot);
                     continue;
+                }
+                // Transient, as the handler threads' ring treats them: the
+                // read goes back in the queue (which has room for every
+                // read of the slot, and is empty once submitted).
+                n if n == -libc::EAGAIN || n == -libc::EINTR => {
+                    // SAFETY: as above; the buffer is still ours.
+                    if unsafe { queue.push(&read_entry(rt, buffer, reads, i)) }.is_ok() {
+                        submitted = false;
+                        continue;
+                    }
+                    io::Error::from_raw_os_error(-n)
                 }
                 n if n < 0 => io::Error::from_raw_os_error(-n),
                 n => io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!("short read of {n} bytes of {len}"),
+                    format!("short read of {n} bytes of {}", rt.page_size),
                 ),
             };
+            pending -= 1;
             failed.get_or_insert((i, error));
         }
+        drop(queue);
         std::hint::spin_loop();
     }
     failed.map_or(Ok(()), Err)
 }
 
+/// The read of `reads[i]` into the slot's `i`-th page buffer.
+fn read_entry(rt: &Shared, buffer: *mut u8, reads: &[PageRead], i: usize) -> squeue::Entry {
+    let (fd, offset) = rt.store().read_target(reads[i].slot);
+    let into = buffer.wrapping_add(i * rt.page_size);
+    opcode::Read::new(types::Fd(fd), into, rt.page_size as u32)
+        .offset(offset)
+        .build()
+        .user_data(i as u64)
+}
+
 /// Whether a faulting thread may poll: only while fewer threads are
-/// inside the handler than the process has CPUs, so that polling threads
+/// resolving faults than the process has CPUs, so that polling threads
 /// never take the CPUs the others (and the evictor) need. Two threads
 /// missing at once on two CPUs both sleep, as kernel swap's do.
 fn cpus_to_spare(cpus: usize) -> bool {
-    IN_HANDLER.load(Ordering::Relaxed) < cpus
+    FAULTING.load(Ordering::Relaxed) < cpus
 }
 
 fn current_thread_id() -> u32 {
