@@ -162,43 +162,28 @@ fn signal_fault_delivery_runs_verifies_and_is_reported() {
 
 #[test]
 fn bad_flags_are_refused_clearly() {
-    let out = tiermem()
-        .args(["bench", "--dram", "lots"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("--dram") && err.contains("lots") && err.contains("256M"),
-        "{err}"
-    );
-    let out = tiermem()
-        .args(["bench", "--pattern", "zipf:abc"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("zipf:abc") && err.contains("uniform") && err.contains("sequential"),
-        "the value and the accepted forms must be named: {err}"
-    );
-    let out = tiermem().args(["bench", "--cpus", "0,x"]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("--cpus") && err.contains("\"x\"") && err.contains("irq"),
-        "the value and the accepted forms must be named: {err}"
-    );
-    let out = tiermem()
-        .args(["bench", "--faults", "irq"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("--faults") && err.contains("irq") && err.contains("handler or signal"),
-        "the value and the accepted forms must be named: {err}"
-    );
+    // Each bad value, and the words the refusal must name: the flag or the
+    // value, and the accepted forms.
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&["--dram", "lots"], &["--dram", "lots", "256M"]),
+        (
+            &["--pattern", "zipf:abc"],
+            &["zipf:abc", "uniform", "sequential"],
+        ),
+        (&["--cpus", "0,x"], &["--cpus", "\"x\"", "irq"]),
+        (
+            &["--faults", "irq"],
+            &["--faults", "irq", "handler or signal"],
+        ),
+    ];
+    for (flags, words) in cases {
+        let out = tiermem().arg("bench").args(flags).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} was accepted");
+        for w in words {
+            assert!(err.contains(w), "{flags:?}: {w} missing: {err}");
+        }
+    }
 }
 
 #[test]

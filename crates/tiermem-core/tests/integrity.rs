@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{random_reads_and_writes, resident_bytes, runtime_io, Stamped, UNIT};
+use common::{budget_watch, random_reads_and_writes, runtime_io, Stamped, UNIT};
 use tiermem_core::{IoEngine, IoSettings, PolicyKind, PollMode};
 
 const REGION: usize = 256 << 20;
@@ -21,13 +21,9 @@ fn hammer_io(policy: PolicyKind, page_size: usize, io: IoSettings) {
     let rt = runtime_io(BUDGET, page_size, policy, io);
     let base = rt.alloc(REGION).expect("alloc").as_ptr();
     let stamped = Stamped::stamp(base, REGION);
+    let watch = budget_watch(&rt, base, REGION, BUDGET);
     let (lost_reads, over_budget) =
-        random_reads_and_writes(&stamped, THREADS, HAMMER, 0x1234_5678, || {
-            let resident = rt.stats().resident_bytes;
-            let mapped = resident_bytes(base, REGION) as u64;
-            (resident > BUDGET || mapped > BUDGET)
-                .then(|| format!("resident {resident}, mapped {mapped}, budget {BUDGET}"))
-        });
+        random_reads_and_writes(&stamped, THREADS, HAMMER, 0x1234_5678, watch);
     assert_eq!(over_budget, None, "over budget");
     assert_eq!(lost_reads, 0, "reads saw a page without its identity");
     stamped

@@ -7,7 +7,7 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use common::{random_reads_and_writes, resident_bytes, Stamped};
+use common::{budget_watch, random_reads_and_writes, resident_bytes, Stamped};
 use tiermem_core::{Config, FaultDelivery, Organization, PolicyKind, Runtime};
 
 const REGION: usize = 256 << 20;
@@ -41,17 +41,13 @@ fn hammer(page_size: usize, policy: PolicyKind, threads: usize) {
     let rt = signal_runtime(BUDGET, page_size, policy);
     let base = rt.alloc(REGION).expect("alloc").as_ptr();
     let stamped = Stamped::stamp(base, REGION);
+    let watch = budget_watch(&rt, base, REGION, BUDGET);
     let (lost_reads, over_budget) = random_reads_and_writes(
         &stamped,
         threads,
         Duration::from_secs(3),
         0x5167_0b05,
-        || {
-            let resident = rt.stats().resident_bytes;
-            let mapped = resident_bytes(base, REGION) as u64;
-            (resident > BUDGET || mapped > BUDGET)
-                .then(|| format!("resident {resident}, mapped {mapped}, budget {BUDGET}"))
-        },
+        watch,
     );
     assert_eq!(over_budget, None, "over budget");
     assert_eq!(lost_reads, 0, "reads saw a page without its identity");

@@ -179,3 +179,20 @@ pub fn random_reads_and_writes(
     });
     (lost_reads.into_inner(), complaint)
 }
+
+/// A watch for [`random_reads_and_writes`]: complains when the runtime's
+/// resident bytes, or the pages the kernel has mapped in `[base, base+len)`,
+/// exceed `budget`.
+pub fn budget_watch(
+    rt: &Runtime,
+    base: *mut u8,
+    len: usize,
+    budget: u64,
+) -> impl FnMut() -> Option<String> + '_ {
+    move || {
+        let resident = rt.stats().resident_bytes;
+        let mapped = resident_bytes(base, len) as u64;
+        (resident > budget || mapped > budget)
+            .then(|| format!("resident {resident}, mapped {mapped}, budget {budget}"))
+    }
+}
