@@ -111,7 +111,7 @@ impl Runtime {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
         rt.stop_event.replace_in_child()?;
-        rt.marker_reached.replace_in_child()?;
+        rt.read_ahead_event.replace_in_child()?;
         rt.pause.reset_in_child()?;
         self.take_over_arena()?;
         self.switch_to_own_store()?;

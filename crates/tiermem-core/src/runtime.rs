@@ -14,7 +14,10 @@ use crate::budget::Budget;
 use crate::config::{Config, FaultDelivery, MIN_BUDGET_PAGES};
 use crate::error::{Error, Result};
 use crate::evictor::{evictor_loop, BATCH};
-use crate::fault::{backoff, handler_loop, signal, SignalSlots, WritePrediction};
+use crate::fault::{
+    backoff, handler_buffer_bytes, handler_loop, read_ahead_loop, signal, SignalSlots,
+    WritePrediction,
+};
 use crate::frames::FramePool;
 use crate::organization::WritePolicy;
 use crate::page_table::{Kind, PageNo, PageState, PageTable, MAX_PAGES};
@@ -73,9 +76,11 @@ pub(crate) struct Shared {
     pub lazy_start: PageNo,
     stop: AtomicBool,
     pub stop_event: EventFd,
-    /// A handler served a read-ahead marker another handler parked: the
-    /// parking handler continues the stream (see `fault::ring`).
-    pub marker_reached: EventFd,
+    /// Read-ahead has news for a handler: a fault served a marker another
+    /// handler parked, so the parking handler continues the stream (see
+    /// `fault::ring`), or, under signal delivery, a faulting thread queued
+    /// a window or reached a marker (see `fault::signal`).
+    pub read_ahead_event: EventFd,
     pub pause: Pause,
     /// Pages in probation, in order, while no evictor thread holds them
     /// (before it starts, while it is parked for a fork).
@@ -358,7 +363,7 @@ impl Runtime {
             lazy_start: strict_pages as PageNo,
             stop: AtomicBool::new(false),
             stop_event: EventFd::new()?,
-            marker_reached: EventFd::new()?,
+            read_ahead_event: EventFd::new()?,
             pause: Pause::new()?,
             probation_queue: Mutex::new(VecDeque::new()),
             fork_leases: Mutex::new(Vec::new()),
@@ -658,12 +663,20 @@ impl Drop for Runtime {
     }
 }
 
-/// The I/O buffers outside the budget: a page per handler thread and the
-/// evictor, or the slots of faulting threads under signal delivery.
+/// The I/O buffers outside the budget: the fault handlers' read buffers,
+/// or under signal delivery the faulting threads' slots and the read-ahead
+/// thread's buffers; and the evictor's page.
 fn io_buffer_bytes(rt: &Shared) -> u64 {
+    let evictor = rt.page_size as u64;
     match &rt.signal_slots {
-        Some(slots) => slots.buffer_bytes() + rt.page_size as u64,
-        None => (rt.config.handler_threads as u64 + 1) * rt.page_size as u64,
+        Some(slots) => {
+            let read_ahead = match slots.read_ahead {
+                Some(_) => handler_buffer_bytes(rt),
+                None => 0,
+            };
+            slots.buffer_bytes() + read_ahead + evictor
+        }
+        None => rt.config.handler_threads as u64 * handler_buffer_bytes(rt) + evictor,
     }
 }
 
@@ -677,6 +690,16 @@ pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
             shared.note_io_engine(slots.engine);
             if let Some(reason) = &slots.fallback {
                 eprintln!("tiermem: io_uring is unavailable ({reason}); faulting threads read their pages with pread");
+            }
+            if slots.read_ahead.is_some() {
+                let s = Arc::clone(shared);
+                threads.push(spawn("tiermem-ahead".into(), move || {
+                    if let Some(requests) =
+                        s.signal_slots.as_ref().and_then(|s| s.read_ahead.as_ref())
+                    {
+                        read_ahead_loop(&s, requests);
+                    }
+                })?);
             }
             0
         }

@@ -65,10 +65,14 @@ fn hammer(page_size: usize, policy: PolicyKind, threads: usize) {
 
 /// Fault handler threads of this process (the runtime names them).
 fn handler_threads() -> usize {
+    threads_named("tiermem-fault")
+}
+
+fn threads_named(prefix: &str) -> usize {
     std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("tiermem-fault"))
+        .filter(|name| name.starts_with(prefix))
         .count()
 }
 
@@ -80,6 +84,54 @@ fn every_page_survives_heavy_paging_4k() {
 #[test]
 fn every_page_survives_heavy_paging_64k_s3fifo() {
     hammer(64 << 10, PolicyKind::S3Fifo, 3);
+}
+
+#[test]
+fn sequential_passes_are_read_ahead_by_the_read_ahead_thread() {
+    let rt = signal_runtime(BUDGET, 4096, PolicyKind::Clock);
+    assert!(
+        threads_named("tiermem-ahead") >= 1,
+        "adaptive read-ahead under signal delivery runs a read-ahead thread"
+    );
+    let base = rt.alloc(REGION / 2).expect("alloc").as_ptr();
+    let stamped = Stamped::stamp(base, REGION / 2);
+    let mut over_budget = budget_watch(&rt, base, REGION / 2, BUDGET);
+    // A read pass, then a write pass that takes write faults on pages the
+    // read-ahead installed protected, then a read pass backwards.
+    let before = rt.stats();
+    for unit in 0..stamped.units {
+        assert!(stamped.read_ok(unit), "unit {unit} lost its identity");
+    }
+    let read_pass = rt.stats();
+    assert_eq!(over_budget(), None, "after the read pass");
+    for unit in 0..stamped.units {
+        stamped.write(unit);
+    }
+    assert_eq!(over_budget(), None, "after the write pass");
+    for unit in (0..stamped.units).rev() {
+        assert!(stamped.read_ok(unit), "unit {unit} lost its identity");
+    }
+    assert_eq!(over_budget(), None, "after the backward pass");
+    stamped
+        .verify()
+        .expect("every page intact after read-ahead");
+    let ins = read_pass.page_ins - before.page_ins;
+    let prefetched = read_pass.prefetch_issued - before.prefetch_issued;
+    let hits = read_pass.prefetch_hits - before.prefetch_hits;
+    assert!(
+        prefetched * 10 > ins * 8,
+        "a sequential pass should be read ahead: {prefetched} of {ins} page-ins"
+    );
+    assert!(
+        hits * 10 > prefetched * 8,
+        "the pass should use what it read ahead: {hits} of {prefetched}"
+    );
+    let after = rt.stats();
+    assert!(
+        after.prefetch_issued - read_pass.prefetch_issued
+            > (after.page_ins - read_pass.page_ins) / 2,
+        "backward and write passes are streams too: {after:?}"
+    );
 }
 
 #[test]

@@ -31,7 +31,8 @@
 //!   io_uring is unavailable or `TIERMEM_IO_ENGINE=psync`.
 //!
 //! Or, under signal delivery ([`signal`]), no handler thread at all: the
-//! faulting thread gets SIGBUS and resolves its own fault the same way.
+//! faulting thread gets SIGBUS and resolves its own fault the same way,
+//! and one ring handler, fed by the faulting threads, only reads ahead.
 
 mod conflict;
 mod readahead;
@@ -68,6 +69,32 @@ pub(crate) fn handler_loop(rt: &Shared) {
         rt.note_io_engine("pread (TIERMEM_IO_ENGINE=psync)");
     }
     sync::run(rt);
+}
+
+/// Bytes of read buffers one fault handler holds, outside the budget.
+pub(crate) fn handler_buffer_bytes(rt: &Shared) -> u64 {
+    match rt.config.io.engine {
+        IoEngine::IoUring => ring::buffer_bytes(rt),
+        IoEngine::Psync => rt.page_size as u64,
+    }
+}
+
+/// Under signal delivery, the read-ahead thread: an io_uring handler that
+/// reads the windows faulting threads ask for ([`signal`]'s
+/// `read_ahead`). Without a ring it says why and leaves read-ahead off.
+pub(crate) fn read_ahead_loop(rt: &Shared, requests: &signal::ReadAheadRequests) {
+    match ring::RingHandler::new(rt) {
+        Ok(mut handler) => {
+            requests.set_serving(true);
+            handler.run();
+            requests.set_serving(false);
+        }
+        Err(reason) => {
+            eprintln!(
+                "tiermem: the read-ahead thread has no io_uring ({reason}); read-ahead is off"
+            )
+        }
+    }
 }
 
 /// A page read the fault path has claimed (`Loading`) and must finish.

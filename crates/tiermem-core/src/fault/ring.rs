@@ -21,6 +21,7 @@ use std::io;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::readahead::{max_window_pages, Readahead, Window};
+use super::signal::{ReadAheadRequests, Request};
 use super::{
     begin_fault, claim_for_prefetch, finish_read, finish_read_ahead_run, is_parked_read_ahead,
     park_marker, park_state, prefetch_used, resolve_fault, unpark_marker, Missing, PageRead,
@@ -43,7 +44,7 @@ const TAG_MARKER: u64 = u64::MAX - 3;
 const BUSY_RETRY_NS: u32 = 20_000;
 /// Longest a handler polls for a read to complete before it sleeps: about
 /// two device reads. The faulting threads sleep meanwhile, so the CPU is free.
-pub(super) const POLL_NS: u64 = 200_000;
+const POLL_NS: u64 = 200_000;
 /// Bytes of read buffer per handler, beyond one page per queue slot.
 const BUFFER_BYTES: usize = 4 << 20;
 /// Longest a read-ahead marker is held back for the program to reach it;
@@ -73,6 +74,8 @@ pub(crate) struct RingHandler<'a> {
     rt: &'a Shared,
     ring: IoUring,
     engine: &'static str,
+    /// The ring flags waiting task work (see `build_ring`).
+    taskrun_flag: bool,
     buffers: Mapping,
     registered: bool,
     /// One flag per page-sized buffer.
@@ -80,6 +83,9 @@ pub(crate) struct RingHandler<'a> {
     /// In-flight requests, by their first buffer.
     ios: Vec<Option<Io>>,
     in_flight: usize,
+    /// Requests in flight that a thread waits for: a demand read, or a
+    /// prefetch group's (read-ahead alone is waited for by nobody).
+    awaited_in_flight: usize,
     depth: usize,
     /// Claimed runs waiting for buffers or a queue slot: demand reads first.
     waiting: VecDeque<Vec<PageRead>>,
@@ -88,7 +94,7 @@ pub(crate) struct RingHandler<'a> {
     /// Prefetch groups in flight: demand page, requests still out.
     groups: Vec<(PageNo, usize)>,
     markers: Vec<ParkedMarker>,
-    readahead: Option<Readahead>,
+    streams: Streams<'a>,
     raw: Vec<linux_raw_sys::general::uffd_msg>,
     faults: Vec<Fault>,
     completions: Vec<(u64, i32, u32)>,
@@ -100,10 +106,9 @@ impl<'a> RingHandler<'a> {
     /// fallback note.
     pub fn new(rt: &'a Shared) -> Result<RingHandler<'a>, String> {
         let depth = rt.config.io.depth as usize;
-        let max_window = max_window_pages(rt.page_size) as usize;
-        let pages = depth.max((BUFFER_BYTES / rt.page_size).min(2 * max_window));
+        let pages = buffer_pages(rt);
         let entries = (depth * 2 + 8).next_power_of_two() as u32;
-        let (ring, engine) = build_ring(rt, entries)?;
+        let (ring, engine, taskrun_flag) = build_ring(rt, entries)?;
         let buffers = Mapping::reserve_aligned(
             pages * rt.page_size,
             rt.page_size,
@@ -125,18 +130,19 @@ impl<'a> RingHandler<'a> {
             } else {
                 "io_uring (unregistered buffers)"
             },
+            taskrun_flag,
             buffers,
             registered,
             buffer_used: vec![false; pages],
             ios: (0..pages).map(|_| None).collect(),
             in_flight: 0,
+            awaited_in_flight: 0,
             depth,
             waiting: VecDeque::new(),
             deferred: Vec::new(),
             groups: Vec::new(),
             markers: Vec::new(),
-            readahead: (rt.config.io.readahead && rt.config.organization.prefetch.is_none())
-                .then(|| Readahead::new(rt.page_size)),
+            streams: Streams::of(rt),
             raw: message_buffer(FAULT_BATCH),
             faults: Vec::with_capacity(FAULT_BATCH),
             completions: Vec::with_capacity(entries as usize),
@@ -146,7 +152,7 @@ impl<'a> RingHandler<'a> {
             (rt.uffd.raw(), TAG_UFFD),
             (rt.stop_event.raw(), TAG_STOP),
             (rt.pause.event.raw(), TAG_PAUSE),
-            (rt.marker_reached.raw(), TAG_MARKER),
+            (rt.read_ahead_event.raw(), TAG_MARKER),
         ] {
             h.watch(fd, tag);
         }
@@ -174,6 +180,7 @@ impl<'a> RingHandler<'a> {
                 self.rt.pause.park();
             }
             self.check_markers();
+            self.take_requested_windows();
             self.retry_deferred();
             if self.uffd_ready {
                 self.read_faults();
@@ -184,7 +191,7 @@ impl<'a> RingHandler<'a> {
 
     /// Blocks for at least one event, or briefly when busy pages wait.
     fn wait(&mut self) {
-        if self.in_flight > 0 && self.poll_completions() {
+        if self.someone_waits() && self.poll_completions() {
             return;
         }
         let timeout = match self.in_flight {
@@ -213,21 +220,39 @@ impl<'a> RingHandler<'a> {
         }
     }
 
+    /// Whether a thread waits for a read in flight (a demand read, or a
+    /// fault set aside on a busy page): polling then saves it a wake-up of
+    /// this handler. Read-ahead alone is left to the interrupt: polling for
+    /// it only takes the CPU the program and the evictor need. Under signal
+    /// delivery the read-ahead thread reads nothing else, and it used
+    /// 80–90% of a CPU polling during a scan (BENCHMARKS.md, "Issue #4,
+    /// fifth pass").
+    fn someone_waits(&self) -> bool {
+        self.awaited_in_flight > 0 || (self.in_flight > 0 && !self.deferred.is_empty())
+    }
+
     /// Polls for a completion for up to `POLL_NS`; true if one arrived.
     fn poll_completions(&mut self) -> bool {
-        let deadline = now_ns() + POLL_NS;
+        let mut clock = PollClock::start();
         loop {
-            // Entering the kernel runs the completion's task work.
-            if let Err(e) = self.ring.submit_and_wait(0) {
-                if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) {
-                    self.rt
-                        .fatal(&format!("polling the fault ring failed: {e}"));
+            // Entering the kernel runs the completions' task work; with the
+            // TASKRUN flag, only once the kernel says some is waiting (or a
+            // refused submission waits in the queue).
+            let queue = self.ring.submission();
+            let enter = !self.taskrun_flag || queue.taskrun() || !queue.is_empty();
+            drop(queue);
+            if enter {
+                if let Err(e) = self.ring.submit_and_wait(0) {
+                    if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) {
+                        self.rt
+                            .fatal(&format!("polling the fault ring failed: {e}"));
+                    }
                 }
             }
             if !self.ring.completion().is_empty() {
                 return true;
             }
-            if now_ns() > deadline {
+            if !clock.polling() {
                 return false;
             }
             std::hint::spin_loop();
@@ -255,8 +280,8 @@ impl<'a> RingHandler<'a> {
                     self.rearm_if_done(self.rt.pause.event.raw(), tag, flags);
                 }
                 TAG_MARKER => {
-                    self.rt.marker_reached.drain();
-                    self.rearm_if_done(self.rt.marker_reached.raw(), tag, flags);
+                    self.rt.read_ahead_event.drain();
+                    self.rearm_if_done(self.rt.read_ahead_event.raw(), tag, flags);
                 }
                 first_buffer => self.complete(first_buffer as usize, result),
             }
@@ -285,6 +310,9 @@ impl<'a> RingHandler<'a> {
             return;
         };
         self.in_flight -= 1;
+        if is_awaited(&io.reads) {
+            self.awaited_in_flight -= 1;
+        }
         let len = io.reads.len() * self.rt.page_size;
         if result == -libc::EINTR || result == -libc::EAGAIN {
             self.submit(first, io.reads);
@@ -387,9 +415,20 @@ impl<'a> RingHandler<'a> {
         }
     }
 
+    /// Under signal delivery: read the windows faulting threads asked for.
+    fn take_requested_windows(&mut self) {
+        let Streams::Shared(requests) = self.streams else {
+            return;
+        };
+        while let Some(Request { page, window }) = requests.take() {
+            self.count_passed(&window, page);
+            self.prefetch(window);
+        }
+    }
+
     /// The program reached `page` inside a stream's window: read the next.
     fn continue_stream(&mut self, page: PageNo) {
-        let window = self.readahead.as_mut().and_then(|ra| ra.on_catch_up(page));
+        let window = self.streams.on_catch_up(page);
         if let Some(window) = window {
             self.count_passed(&window, page);
             self.prefetch(window);
@@ -415,7 +454,7 @@ impl<'a> RingHandler<'a> {
                 self.markers.swap_remove(i);
                 self.continue_stream(page);
             }
-            None => self.rt.marker_reached.signal(),
+            None => self.rt.read_ahead_event.signal(),
         }
     }
 
@@ -477,7 +516,7 @@ impl<'a> RingHandler<'a> {
     /// Reads ahead of the stream `page` belongs to, if it is one: claims the
     /// window's stored pages and reads runs of adjacent slots together.
     fn read_ahead(&mut self, page: PageNo) {
-        let Some(window) = self.readahead.as_mut().and_then(|ra| ra.on_miss(page)) else {
+        let Some(window) = self.streams.on_miss(page) else {
             return;
         };
         self.count_passed(&window, page);
@@ -513,7 +552,7 @@ impl<'a> RingHandler<'a> {
         if !run.is_empty() {
             runs.push(run);
         }
-        if self.readahead.is_some() {
+        if self.streams.adaptive() {
             mark_middle(&mut runs);
         }
         self.group_with_demand(&mut runs);
@@ -613,6 +652,9 @@ impl<'a> RingHandler<'a> {
         for used in &mut self.buffer_used[first..first + reads.len()] {
             *used = true;
         }
+        if is_awaited(&reads) {
+            self.awaited_in_flight += 1;
+        }
         self.ios[first] = Some(Io {
             reads,
             submitted_ns: now_ns(),
@@ -664,6 +706,96 @@ impl<'a> RingHandler<'a> {
     }
 }
 
+/// The end of a thread's polling (`POLL_NS` from its start), checked every
+/// few spins only: reading the clock costs as much as a look at the ring.
+pub(super) struct PollClock {
+    deadline: u64,
+    spins: u32,
+    expired: bool,
+}
+
+impl PollClock {
+    const SPINS_PER_CHECK: u32 = 32;
+
+    pub fn start() -> PollClock {
+        PollClock {
+            deadline: now_ns() + POLL_NS,
+            spins: 0,
+            expired: false,
+        }
+    }
+
+    pub fn polling(&mut self) -> bool {
+        self.spins += 1;
+        if !self.expired && self.spins.is_multiple_of(Self::SPINS_PER_CHECK) {
+            self.expired = now_ns() > self.deadline;
+        }
+        !self.expired
+    }
+}
+
+/// Where a handler's read-ahead finds streams.
+enum Streams<'a> {
+    /// Read-ahead is off, or a fixed prefetch degree replaces it.
+    Off,
+    /// The handler's own detector, fed by the faults it reads (boxed: it
+    /// holds a few streams, and the other kinds hold nothing).
+    Own(Box<Readahead>),
+    /// Under signal delivery, the read-ahead thread's: faulting threads
+    /// feed the detector and queue the windows it finds.
+    Shared(&'a ReadAheadRequests),
+}
+
+impl<'a> Streams<'a> {
+    fn of(rt: &'a Shared) -> Streams<'a> {
+        if let Some(requests) = rt.signal_slots.as_ref().and_then(|s| s.read_ahead.as_ref()) {
+            return Streams::Shared(requests);
+        }
+        if rt.config.io.readahead && rt.config.organization.prefetch.is_none() {
+            return Streams::Own(Box::new(Readahead::new(rt.page_size)));
+        }
+        Streams::Off
+    }
+
+    fn adaptive(&self) -> bool {
+        !matches!(self, Streams::Off)
+    }
+
+    fn on_miss(&mut self, page: PageNo) -> Option<Window> {
+        match self {
+            Streams::Off => None,
+            Streams::Own(streams) => streams.on_miss(page),
+            Streams::Shared(requests) => requests.streams().on_miss(page),
+        }
+    }
+
+    fn on_catch_up(&mut self, page: PageNo) -> Option<Window> {
+        match self {
+            Streams::Off => None,
+            Streams::Own(streams) => streams.on_catch_up(page),
+            Streams::Shared(requests) => requests.streams().on_catch_up(page),
+        }
+    }
+}
+
+/// Page-sized read buffers per ring handler: one per queue slot, and room
+/// for a couple of read-ahead windows.
+fn buffer_pages(rt: &Shared) -> usize {
+    let max_window = max_window_pages(rt.page_size) as usize;
+    (rt.config.io.depth as usize).max((BUFFER_BYTES / rt.page_size).min(2 * max_window))
+}
+
+/// Bytes of read buffers a ring handler holds (outside the DRAM budget).
+pub(crate) fn buffer_bytes(rt: &Shared) -> u64 {
+    (buffer_pages(rt) * rt.page_size) as u64
+}
+
+/// Whether a thread waits for this request: it holds a demand read or
+/// part of a prefetch group.
+fn is_awaited(reads: &[PageRead]) -> bool {
+    reads.iter().any(|r| !r.prefetch || r.group.is_some())
+}
+
 /// A read-ahead page that can be installed with its neighbours in one call.
 fn is_plain_read_ahead(read: &PageRead) -> bool {
     read.prefetch && !read.write && !read.marker && read.group.is_none()
@@ -688,21 +820,33 @@ fn mark_middle(runs: &mut [Vec<PageRead>]) {
     }
 }
 
-fn build_ring(rt: &Shared, entries: u32) -> Result<(IoUring, &'static str), String> {
+/// The ring, its engine's name, and whether it flags waiting task work.
+/// Without SQPOLL it is set up with `IORING_SETUP_COOP_TASKRUN |
+/// IORING_SETUP_TASKRUN_FLAG` where the kernel has them (5.19): a read that
+/// completes while the handler polls then costs no IPI from the interrupt
+/// CPU, and the handler enters the kernel when the flag says so.
+fn build_ring(rt: &Shared, entries: u32) -> Result<(IoUring, &'static str, bool), String> {
     let poll = rt.config.io.poll;
     if matches!(poll, PollMode::Iopoll | PollMode::Hybrid) {
         note_no_device_polling(rt, poll);
     }
     if poll == PollMode::Sqpoll {
         match IoUring::builder().setup_sqpoll(50).build(entries) {
-            Ok(ring) => return Ok((ring, "io_uring+sqpoll")),
+            Ok(ring) => return Ok((ring, "io_uring+sqpoll", false)),
             Err(e) => eprintln!(
                 "tiermem: IORING_SETUP_SQPOLL refused ({e}); using interrupt-driven io_uring"
             ),
         }
     }
+    let cooperative = IoUring::builder()
+        .setup_coop_taskrun()
+        .setup_taskrun_flag()
+        .build(entries);
+    if let Ok(ring) = cooperative {
+        return Ok((ring, "io_uring", true));
+    }
     IoUring::new(entries)
-        .map(|ring| (ring, "io_uring"))
+        .map(|ring| (ring, "io_uring", false))
         .map_err(|e| format!("io_uring_setup: {e}"))
 }
 
@@ -710,7 +854,7 @@ fn build_ring(rt: &Shared, entries: u32) -> Result<(IoUring, &'static str), Stri
 /// queues, and a ring set up for them can carry nothing else (no polls on
 /// the userfaultfd). Say once why page reads use interrupt-driven
 /// completions instead; the handler still polls its ring for a completion
-/// for up to `POLL_NS` while reads are in flight.
+/// for up to `POLL_NS` while a thread waits for one of its reads.
 fn note_no_device_polling(rt: &Shared, poll: PollMode) {
     static NOTED: std::sync::Once = std::sync::Once::new();
     let (fd, _) = rt.store().read_target(0);

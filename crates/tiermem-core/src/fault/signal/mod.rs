@@ -2,11 +2,12 @@
 //!
 //! The userfaultfd raises SIGBUS in the thread that touched a missing or
 //! write-protected page, and the signal handler runs the fault path of this
-//! module's parent, as a handler thread would: claim the page (and the
-//! read-ahead window of a stream the miss confirms), read it into a
-//! runtime-owned buffer through a small io_uring of the thread's slot,
+//! module's parent, as a handler thread would: claim the page, read it into
+//! a runtime-owned buffer through a small io_uring of the thread's slot,
 //! polling for the completion, and install it. When the handler returns,
-//! the access runs again and finds its page.
+//! the access runs again and finds its page. A miss that confirms a stream
+//! hands its window to the read-ahead thread ([`read_ahead`]) before its
+//! own read, so the window is in flight by the time the program wants it.
 //!
 //! Why: with handler threads a miss wakes two threads, the handler when the
 //! fault arrives and the faulting thread when its page is in, and on a VM
@@ -29,6 +30,7 @@
 //!
 //! [`FaultDelivery::Signal`]: crate::config::FaultDelivery::Signal
 
+mod read_ahead;
 mod slots;
 
 use std::io;
@@ -36,13 +38,14 @@ use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use io_uring::{opcode, squeue, types, IoUring};
 
+pub(crate) use read_ahead::{ReadAheadRequests, Request};
 pub(crate) use slots::SignalSlots;
 
 use super::readahead::Window;
-use super::ring::POLL_NS;
+use super::ring::PollClock;
 use super::{
     backoff, begin_fault, claim_for_prefetch_if_free, finish_read, finish_read_ahead_run,
-    prefetch_used, resolve_fault, Missing, PageRead,
+    is_parked_read_ahead, prefetch_used, resolve_fault, Missing, PageRead,
 };
 use crate::error::{Error, Result};
 use crate::page_table::{Kind, PageNo};
@@ -150,12 +153,19 @@ fn resolve(rt: &Shared, bus: &BusFault) {
     let Some(page) = begin_fault(rt, &fault) else {
         return;
     };
+    let Some(slots) = &rt.signal_slots else {
+        rt.fatal("a runtime without signal delivery took a SIGBUS fault");
+    };
+    let marker = !fault.write_protect && is_parked_read_ahead(rt, page);
     match resolve_fault(rt, page, &fault) {
+        // The program reached a window's marker: the read-ahead thread
+        // that parked it reads the stream's next window.
+        Missing::Resolved if marker => rt.read_ahead_event.signal(),
         Missing::Resolved => {}
         Missing::Read(read) => {
-            let Some(slots) = &rt.signal_slots else {
-                rt.fatal("a runtime without signal delivery took a SIGBUS fault");
-            };
+            if slots.read_ahead.as_ref().is_some_and(|ra| ra.on_miss(page)) {
+                rt.read_ahead_event.signal();
+            }
             let mut slot = slots.claim();
             slot.reads.push(read);
             if let Some(window) = slots.window_after(page) {
@@ -163,7 +173,17 @@ fn resolve(rt: &Shared, bus: &BusFault) {
             }
             read_and_install(rt, &mut slot);
         }
-        Missing::Busy => wait_while_busy(rt, page),
+        Missing::Busy => {
+            let caught_up = !fault.write_protect
+                && slots
+                    .read_ahead
+                    .as_ref()
+                    .is_some_and(|ra| ra.on_catch_up(page));
+            if caught_up {
+                rt.read_ahead_event.signal();
+            }
+            wait_while_busy(rt, page);
+        }
     }
 }
 
@@ -182,9 +202,10 @@ fn wait_while_busy(rt: &Shared, page: PageNo) {
     }
 }
 
-/// Claims the pages of `window` that sit in the store, as many as the slot
-/// holds, after the demand read already in it; counts the read-ahead pages
-/// the program passed on its way to `page` as used.
+/// Claims the pages of a fixed prefetch degree's `window` that sit in the
+/// store, as many as the slot holds, after the demand read already in it;
+/// counts the prefetched pages the program passed on its way to `page` as
+/// used.
 fn claim_window(rt: &Shared, window: &Window, page: PageNo, slot: &mut Claimed<'_>) {
     let pages = (rt.arena.len() / rt.page_size) as i64;
     let mut q = window.passed_from;
@@ -204,12 +225,19 @@ fn claim_window(rt: &Shared, window: &Window, page: PageNo, slot: &mut Claimed<'
 }
 
 /// Reads every page claimed in the slot into its buffers, then installs
-/// them: the demand page first, read-ahead pages in runs of consecutive
+/// them: the demand page first, prefetched pages in runs of consecutive
 /// pages with one UFFDIO_COPY each.
 fn read_and_install(rt: &Shared, slot: &mut Claimed<'_>) {
     let started = now_ns();
     let result = match &mut slot.ring {
-        Some(ring) => ring_read_all(rt, ring, slot.buffer, slot.reads, slot.slots.cpus),
+        Some(ring) => ring_read_all(
+            rt,
+            ring,
+            slot.slots.taskrun_flag,
+            slot.buffer,
+            slot.reads,
+            slot.slots.cpus,
+        ),
         None => pread_all(rt, slot.buffer, slot.reads),
     };
     let reads = &mut *slot.reads;
@@ -256,6 +284,7 @@ type ReadResult = std::result::Result<(), (usize, io::Error)>;
 fn ring_read_all(
     rt: &Shared,
     ring: &mut IoUring,
+    taskrun_flag: bool,
     buffer: *mut u8,
     reads: &[PageRead],
     cpus: usize,
@@ -270,19 +299,21 @@ fn ring_read_all(
     }
     let mut pending = reads.len();
     let mut failed = None;
-    let deadline = now_ns() + POLL_NS;
+    let mut poll_clock = PollClock::start();
     let mut submitted = false;
     while pending > 0 {
-        let poll = now_ns() < deadline && cpus_to_spare(cpus);
-        let want = if submitted && !poll { pending } else { 0 };
-        // Entering the kernel submits what is queued, then runs the
-        // completions' task work.
-        match ring.submit_and_wait(want) {
-            Ok(_) => submitted = true,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
-            // Reads may still be in flight into the buffers: the caller
-            // stops the process.
-            Err(e) => return Err((0, e)),
+        let poll = poll_clock.polling() && cpus_to_spare(cpus);
+        if !submitted || !poll || must_enter(ring, taskrun_flag) {
+            let want = if submitted && !poll { pending } else { 0 };
+            // Entering the kernel submits what is queued, then runs the
+            // completions' task work.
+            match ring.submit_and_wait(want) {
+                Ok(_) => submitted = true,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+                // Reads may still be in flight into the buffers: the caller
+                // stops the process.
+                Err(e) => return Err((0, e)),
+            }
         }
         let (_, mut queue, completions) = ring.split();
         for cqe in completions {
@@ -319,6 +350,15 @@ fn ring_read_all(
     failed.map_or(Ok(()), Err)
 }
 
+/// Whether a polling thread must enter the kernel to see its completions.
+/// A read completes as task work of the thread that submitted it; with
+/// the ring's TASKRUN flag the kernel says when some is waiting, so the
+/// thread spins in user space until then (and the interrupt CPU needs no
+/// IPI to make it enter); without it, every look enters.
+fn must_enter(ring: &mut IoUring, taskrun_flag: bool) -> bool {
+    !taskrun_flag || ring.submission().taskrun()
+}
+
 /// The read of `reads[i]` into the slot's `i`-th page buffer.
 fn read_entry(rt: &Shared, buffer: *mut u8, reads: &[PageRead], i: usize) -> squeue::Entry {
     let (fd, offset) = rt.store().read_target(reads[i].slot);
@@ -329,12 +369,16 @@ fn read_entry(rt: &Shared, buffer: *mut u8, reads: &[PageRead], i: usize) -> squ
         .user_data(i as u64)
 }
 
-/// Whether a faulting thread may poll: only while fewer threads are
-/// resolving faults than the process has CPUs, so that polling threads
-/// never take the CPUs the others (and the evictor) need. Two threads
-/// missing at once on two CPUs both sleep, as kernel swap's do.
+/// Whether a faulting thread may poll: only while no more threads are
+/// resolving faults than the process has CPUs, so that a thread that
+/// misses while every CPU polls sleeps, and all of them do, rather than
+/// queue behind the pollers. Two threads missing at once on two CPUs both
+/// poll: a thread waiting for the device leaves its CPU mostly idle, and
+/// polling there beat sleeping by about 12% in pages/s (BENCHMARKS.md,
+/// "Issue #4, fifth pass"); a poll lasts at most `POLL_NS`, so the evictor
+/// still gets its turn.
 fn cpus_to_spare(cpus: usize) -> bool {
-    FAULTING.load(Ordering::Relaxed) < cpus
+    FAULTING.load(Ordering::Relaxed) <= cpus
 }
 
 fn current_thread_id() -> u32 {

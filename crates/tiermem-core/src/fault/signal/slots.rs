@@ -4,21 +4,22 @@
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use io_uring::IoUring;
 
+use super::read_ahead::ReadAheadRequests;
 use crate::config::Config;
 use crate::error::Result;
 use crate::fault::backoff;
-use crate::fault::readahead::{max_window_pages, Readahead, Window};
+use crate::fault::readahead::Window;
 use crate::fault::PageRead;
 use crate::io_config::IoEngine;
 use crate::page_table::PageNo;
 use crate::sys::mem::Mapping;
 
 /// What a faulting thread reads pages with: a buffer of `pages_per_slot`
-/// direct-I/O aligned pages (the miss and its read-ahead), the list of
+/// direct-I/O aligned pages (the miss, and the pages a fixed prefetch
+/// degree reads with it), the list of
 /// pages claimed for it, and with the io_uring engine a small ring of its
 /// own. Taken and given back without a lock (a bit per slot).
 pub(crate) struct SignalSlots {
@@ -27,12 +28,15 @@ pub(crate) struct SignalSlots {
     pub pages_per_slot: usize,
     /// One per slot, or none: pread.
     rings: Vec<UnsafeCell<IoUring>>,
+    /// The rings say when a completion waits as task work
+    /// (`IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG`, Linux 5.19).
+    pub taskrun_flag: bool,
     /// One per slot, with room for `pages_per_slot` reads (never grows).
     reads: Vec<UnsafeCell<Vec<PageRead>>>,
     free: AtomicU64,
-    /// Streams seen among misses, for the adaptive read-ahead; taken with
-    /// `try_lock` only, so a faulting thread never waits for it.
-    readahead: Option<Mutex<Readahead>>,
+    /// Streams seen among misses, and the windows they ask the read-ahead
+    /// thread for (adaptive read-ahead with io_uring).
+    pub read_ahead: Option<ReadAheadRequests>,
     /// A fixed prefetch degree instead (part of a cache organization).
     prefetch: Option<u32>,
     /// CPUs the process may run on, when the slots were made.
@@ -54,7 +58,7 @@ pub(super) struct Claimed<'a> {
     /// `slots.pages_per_slot` pages, one per read in `reads`, in order.
     pub buffer: *mut u8,
     pub ring: Option<&'a mut IoUring>,
-    /// The demand read first, then the read-ahead pages claimed with it.
+    /// The demand read first, then the prefetched pages claimed with it.
     pub reads: &'a mut Vec<PageRead>,
 }
 
@@ -66,16 +70,11 @@ impl SignalSlots {
         let count = (4 * cpus).clamp(8, 64);
         let page_size = config.page_size;
         let prefetch = config.organization.prefetch;
-        // Windows are read at once through a ring; with pread, one page
-        // after the other, they would only hold the faulting thread up.
+        // Adaptive windows are read by the read-ahead thread, an io_uring
+        // handler; a fixed degree is read with the miss, in its slot.
         let adaptive =
             prefetch.is_none() && config.io.readahead && config.io.engine == IoEngine::IoUring;
-        let window = match prefetch {
-            Some(degree) => degree as usize,
-            None if adaptive => max_window_pages(page_size) as usize,
-            None => 0,
-        };
-        let pages_per_slot = 1 + window;
+        let pages_per_slot = 1 + prefetch.unwrap_or(0) as usize;
         let ring_entries = (pages_per_slot as u32).next_power_of_two().min(32_768);
         let (rings, engine, fallback) = match config.io.engine {
             IoEngine::Psync => (
@@ -83,7 +82,7 @@ impl SignalSlots {
                 "pread in the faulting thread (SIGBUS delivery, TIERMEM_IO_ENGINE=psync)",
                 None,
             ),
-            IoEngine::IoUring => match (0..count).map(|_| IoUring::new(ring_entries)).collect() {
+            IoEngine::IoUring => match (0..count).map(|_| slot_ring(ring_entries)).collect() {
                 Ok(rings) => (
                     rings,
                     "io_uring, polled, in the faulting thread (SIGBUS delivery)",
@@ -96,6 +95,8 @@ impl SignalSlots {
                 ),
             },
         };
+        let taskrun_flag = rings.iter().all(|(_, flag)| *flag);
+        let rings = rings.into_iter().map(|(ring, _)| UnsafeCell::new(ring));
         Ok(SignalSlots {
             memory: Mapping::reserve_aligned(
                 count * pages_per_slot * page_size,
@@ -104,7 +105,8 @@ impl SignalSlots {
             )?,
             page_size,
             pages_per_slot,
-            rings: rings.into_iter().map(UnsafeCell::new).collect(),
+            rings: rings.collect(),
+            taskrun_flag,
             reads: (0..count)
                 .map(|_| UnsafeCell::new(Vec::with_capacity(pages_per_slot)))
                 .collect(),
@@ -113,7 +115,7 @@ impl SignalSlots {
             } else {
                 (1 << count) - 1
             }),
-            readahead: adaptive.then(|| Mutex::new(Readahead::new(page_size))),
+            read_ahead: adaptive.then(|| ReadAheadRequests::new(page_size)),
             prefetch,
             cpus,
             engine,
@@ -126,15 +128,12 @@ impl SignalSlots {
         self.memory.len() as u64
     }
 
-    /// What to read with a demand miss at `page`: the fixed prefetch
-    /// degree's pages, or the window of a stream the miss confirms.
+    /// What to read with a demand miss at `page`, in its slot: the fixed
+    /// prefetch degree's pages.
     pub(super) fn window_after(&self, page: PageNo) -> Option<Window> {
-        match self.prefetch {
-            Some(0) => None,
-            Some(degree) => Some(Window::next_pages(page, degree)),
-            // Another thread is looking at the streams: skip, rather than
-            // wait inside a signal handler.
-            None => self.readahead.as_ref()?.try_lock().ok()?.on_miss(page),
+        match self.prefetch? {
+            0 => None,
+            degree => Some(Window::next_pages(page, degree)),
         }
     }
 
@@ -180,6 +179,20 @@ impl SignalSlots {
     }
 }
 
+/// A slot's ring, and whether it has the TASKRUN flag: the kernel then
+/// runs a completion's task work when the polling thread next enters it,
+/// rather than interrupting it with an IPI, and flags that it should.
+fn slot_ring(entries: u32) -> std::io::Result<(IoUring, bool)> {
+    let cooperative = IoUring::builder()
+        .setup_coop_taskrun()
+        .setup_taskrun_flag()
+        .build(entries);
+    match cooperative {
+        Ok(ring) => Ok((ring, true)),
+        Err(_) => IoUring::new(entries).map(|ring| (ring, false)),
+    }
+}
+
 impl Drop for Claimed<'_> {
     fn drop(&mut self) {
         self.slots.free.fetch_or(1 << self.index, Ordering::AcqRel);
@@ -201,6 +214,18 @@ mod tests {
             })
             .build()
             .expect("config")
+    }
+
+    fn kernel_at_least(major: u32, minor: u32) -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut parts = release.split(|c: char| !c.is_ascii_digit());
+        let mut next = || {
+            parts
+                .next()
+                .and_then(|p| p.parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        (next(), next()) >= (major, minor)
     }
 
     #[test]
@@ -228,23 +253,47 @@ mod tests {
             // No rings where io_uring cannot be set up (the fallback says why).
             let ringless = engine == IoEngine::Psync || slots.fallback.is_some();
             assert_eq!(rings, if ringless { 0 } else { count as usize });
+            if rings > 0 && kernel_at_least(5, 19) {
+                assert!(slots.taskrun_flag, "rings flag waiting task work");
+            }
             drop(held);
             assert_eq!(slots.free.load(Ordering::Relaxed).count_ones(), count);
         }
     }
 
     #[test]
-    fn a_slot_holds_the_miss_and_its_largest_window() {
-        let with = SignalSlots::new(&config(IoEngine::IoUring, true)).expect("slots");
-        assert_eq!(with.pages_per_slot as u64, 1 + max_window_pages(4096));
-        let without = SignalSlots::new(&config(IoEngine::IoUring, false)).expect("slots");
-        assert_eq!(without.pages_per_slot, 1);
-        assert!(without.window_after(100).is_none());
-        // A stream confirmed by its third miss reads ahead.
-        assert!(with.window_after(10).is_none());
-        assert!(with.window_after(11).is_none());
-        let window = with.window_after(12).expect("a confirmed stream");
-        assert_eq!((window.start, window.stride), (13, 1));
-        assert!((window.count as usize) < with.pages_per_slot);
+    fn a_slot_holds_the_miss_and_its_fixed_prefetch_degree() {
+        let adaptive = SignalSlots::new(&config(IoEngine::IoUring, true)).expect("slots");
+        assert_eq!(
+            adaptive.pages_per_slot, 1,
+            "windows go to the read-ahead thread"
+        );
+        assert!(adaptive.window_after(100).is_none());
+        assert!(adaptive.read_ahead.is_some());
+        let fixed = Config::builder()
+            .dram_budget(64 << 20)
+            .prefetch(3)
+            .build()
+            .expect("config");
+        let fixed = SignalSlots::new(&fixed).expect("slots");
+        assert_eq!(fixed.pages_per_slot, 4);
+        assert!(
+            fixed.read_ahead.is_none(),
+            "a fixed degree replaces read-ahead"
+        );
+        let window = fixed.window_after(12).expect("the next three pages");
+        assert_eq!((window.start, window.stride, window.count), (13, 1, 3));
+    }
+
+    #[test]
+    fn no_read_ahead_thread_is_asked_for_without_io_uring_or_read_ahead() {
+        for (engine, readahead) in [(IoEngine::Psync, true), (IoEngine::IoUring, false)] {
+            let slots = SignalSlots::new(&config(engine, readahead)).expect("slots");
+            assert!(
+                slots.read_ahead.is_none(),
+                "{engine:?}, read-ahead {readahead}"
+            );
+            assert_eq!(slots.pages_per_slot, 1);
+        }
     }
 }
