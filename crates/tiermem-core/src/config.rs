@@ -170,8 +170,8 @@ pub enum FaultDelivery {
     /// no cross-CPU wake-up. For programs that touch tiered memory only
     /// with their own loads and stores: a system call given tiered memory
     /// that is not resident fails with EFAULT. Not for transparent mode.
-    /// Read-ahead windows go to one read-ahead thread, which nobody waits
-    /// for.
+    /// Read-ahead windows go to one read-ahead thread, which no fault
+    /// waits for when it issues them.
     Signal,
 }
 

@@ -89,6 +89,11 @@ fn every_page_survives_heavy_paging_64k_s3fifo() {
 #[test]
 fn sequential_passes_are_read_ahead_by_the_read_ahead_thread() {
     let rt = signal_runtime(BUDGET, 4096, PolicyKind::Clock);
+    // The thread names itself once it runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while threads_named("tiermem-ahead") == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(
         threads_named("tiermem-ahead") >= 1,
         "adaptive read-ahead under signal delivery runs a read-ahead thread"

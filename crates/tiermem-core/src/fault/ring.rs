@@ -239,8 +239,9 @@ impl<'a> RingHandler<'a> {
             // TASKRUN flag, only once the kernel says some is waiting (or a
             // refused submission waits in the queue).
             let queue = self.ring.submission();
-            let enter = !self.taskrun_flag || queue.taskrun() || !queue.is_empty();
+            let flagged = !self.taskrun_flag || queue.taskrun() || !queue.is_empty();
             drop(queue);
+            let enter = flagged || clock.due_for_entry();
             if enter {
                 if let Err(e) = self.ring.submit_and_wait(0) {
                     if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) {
@@ -716,6 +717,7 @@ pub(super) struct PollClock {
 
 impl PollClock {
     const SPINS_PER_CHECK: u32 = 32;
+    const SPINS_PER_ENTRY: u32 = 128;
 
     pub fn start() -> PollClock {
         PollClock {
@@ -723,6 +725,14 @@ impl PollClock {
             spins: 0,
             expired: false,
         }
+    }
+
+    /// Every so many spins, enter the kernel whatever the TASKRUN flag
+    /// says: the kernel does not flag a ring whose completion joins task
+    /// work the thread already has pending (another ring of the program's,
+    /// say), and a look costs one system call per few microseconds.
+    pub fn due_for_entry(&self) -> bool {
+        self.spins.is_multiple_of(Self::SPINS_PER_ENTRY)
     }
 
     pub fn polling(&mut self) -> bool {

@@ -303,7 +303,8 @@ fn ring_read_all(
     let mut submitted = false;
     while pending > 0 {
         let poll = poll_clock.polling() && cpus_to_spare(cpus);
-        if !submitted || !poll || must_enter(ring, taskrun_flag) {
+        let enter = !submitted || !poll || poll_clock.due_for_entry();
+        if enter || must_enter(ring, taskrun_flag) {
             let want = if submitted && !poll { pending } else { 0 };
             // Entering the kernel submits what is queued, then runs the
             // completions' task work.
@@ -354,9 +355,11 @@ fn ring_read_all(
 /// A read completes as task work of the thread that submitted it; with
 /// the ring's TASKRUN flag the kernel says when some is waiting, so the
 /// thread spins in user space until then (and the interrupt CPU needs no
-/// IPI to make it enter); without it, every look enters.
+/// IPI to make it enter); without it, every look enters. A refused
+/// submission still in the queue needs an entry too.
 fn must_enter(ring: &mut IoUring, taskrun_flag: bool) -> bool {
-    !taskrun_flag || ring.submission().taskrun()
+    let queue = ring.submission();
+    !taskrun_flag || queue.taskrun() || !queue.is_empty()
 }
 
 /// The read of `reads[i]` into the slot's `i`-th page buffer.
@@ -376,9 +379,11 @@ fn read_entry(rt: &Shared, buffer: *mut u8, reads: &[PageRead], i: usize) -> squ
 /// poll: a thread waiting for the device leaves its CPU mostly idle, and
 /// polling there beat sleeping by about 12% in pages/s (BENCHMARKS.md,
 /// "Issue #4, fifth pass"); a poll lasts at most `POLL_NS`, so the evictor
-/// still gets its turn.
+/// still gets its turn. With a single CPU a poller would hold up the
+/// read-ahead thread and the evictor it may need, so it never polls.
 fn cpus_to_spare(cpus: usize) -> bool {
-    FAULTING.load(Ordering::Relaxed) <= cpus
+    let faulting = FAULTING.load(Ordering::Relaxed);
+    faulting < cpus || (cpus > 1 && faulting == cpus)
 }
 
 fn current_thread_id() -> u32 {

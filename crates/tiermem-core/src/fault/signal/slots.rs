@@ -115,7 +115,8 @@ impl SignalSlots {
             } else {
                 (1 << count) - 1
             }),
-            read_ahead: adaptive.then(|| ReadAheadRequests::new(page_size)),
+            // The read-ahead thread needs io_uring as much as the slots do.
+            read_ahead: (adaptive && fallback.is_none()).then(|| ReadAheadRequests::new(page_size)),
             prefetch,
             cpus,
             engine,
