@@ -693,13 +693,7 @@ pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
             }
             if slots.read_ahead.is_some() {
                 let s = Arc::clone(shared);
-                threads.push(spawn("tiermem-ahead".into(), move || {
-                    if let Some(requests) =
-                        s.signal_slots.as_ref().and_then(|s| s.read_ahead.as_ref())
-                    {
-                        read_ahead_loop(&s, requests);
-                    }
-                })?);
+                threads.push(spawn("tiermem-ahead".into(), move || read_ahead_loop(&s))?);
             }
             0
         }

@@ -82,7 +82,10 @@ pub(crate) fn handler_buffer_bytes(rt: &Shared) -> u64 {
 /// Under signal delivery, the read-ahead thread: an io_uring handler that
 /// reads the windows faulting threads ask for ([`signal`]'s
 /// `read_ahead`). Without a ring it says why and leaves read-ahead off.
-pub(crate) fn read_ahead_loop(rt: &Shared, requests: &signal::ReadAheadRequests) {
+pub(crate) fn read_ahead_loop(rt: &Shared) {
+    let Some(requests) = rt.signal_slots.as_ref().and_then(|s| s.read_ahead.as_ref()) else {
+        return;
+    };
     match ring::RingHandler::new(rt) {
         Ok(mut handler) => {
             requests.set_serving(true);

@@ -235,14 +235,8 @@ impl<'a> RingHandler<'a> {
     fn poll_completions(&mut self) -> bool {
         let mut clock = PollClock::start();
         loop {
-            // Entering the kernel runs the completions' task work; with the
-            // TASKRUN flag, only once the kernel says some is waiting (or a
-            // refused submission waits in the queue).
-            let queue = self.ring.submission();
-            let flagged = !self.taskrun_flag || queue.taskrun() || !queue.is_empty();
-            drop(queue);
-            let enter = flagged || clock.due_for_entry();
-            if enter {
+            // Entering the kernel runs the completions' task work.
+            if must_enter(&mut self.ring, self.taskrun_flag) || clock.due_for_entry() {
                 if let Err(e) = self.ring.submit_and_wait(0) {
                     if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) {
                         self.rt
@@ -848,16 +842,34 @@ fn build_ring(rt: &Shared, entries: u32) -> Result<(IoUring, &'static str, bool)
             ),
         }
     }
+    cooperative_ring(entries)
+        .map(|(ring, taskrun_flag)| (ring, "io_uring", taskrun_flag))
+        .map_err(|e| format!("io_uring_setup: {e}"))
+}
+
+/// A ring that flags waiting task work (`IORING_SETUP_COOP_TASKRUN |
+/// IORING_SETUP_TASKRUN_FLAG`, Linux 5.19), and whether it got the flags: a
+/// plain ring where the kernel refuses them. A read completes as task work
+/// of the thread that submitted it; with the flags, the kernel runs it when
+/// that thread next enters instead of interrupting it with an IPI, and
+/// says in the ring that it should enter.
+pub(super) fn cooperative_ring(entries: u32) -> io::Result<(IoUring, bool)> {
     let cooperative = IoUring::builder()
         .setup_coop_taskrun()
         .setup_taskrun_flag()
         .build(entries);
-    if let Ok(ring) = cooperative {
-        return Ok((ring, "io_uring", true));
+    match cooperative {
+        Ok(ring) => Ok((ring, true)),
+        Err(_) => IoUring::new(entries).map(|ring| (ring, false)),
     }
-    IoUring::new(entries)
-        .map(|ring| (ring, "io_uring", false))
-        .map_err(|e| format!("io_uring_setup: {e}"))
+}
+
+/// Whether a polling thread must enter the kernel to see its completions:
+/// without the TASKRUN flag on every look; with it, when the kernel says
+/// task work waits, or when a refused submission is still queued.
+pub(super) fn must_enter(ring: &mut IoUring, taskrun_flag: bool) -> bool {
+    let queue = ring.submission();
+    !taskrun_flag || queue.taskrun() || !queue.is_empty()
 }
 
 /// IOPOLL and hybrid polling take completions from the device's poll

@@ -42,7 +42,7 @@ pub(crate) use read_ahead::{ReadAheadRequests, Request};
 pub(crate) use slots::SignalSlots;
 
 use super::readahead::Window;
-use super::ring::PollClock;
+use super::ring::{must_enter, PollClock};
 use super::{
     backoff, begin_fault, claim_for_prefetch_if_free, finish_read, finish_read_ahead_run,
     is_parked_read_ahead, prefetch_used, resolve_fault, Missing, PageRead,
@@ -349,17 +349,6 @@ fn ring_read_all(
         std::hint::spin_loop();
     }
     failed.map_or(Ok(()), Err)
-}
-
-/// Whether a polling thread must enter the kernel to see its completions.
-/// A read completes as task work of the thread that submitted it; with
-/// the ring's TASKRUN flag the kernel says when some is waiting, so the
-/// thread spins in user space until then (and the interrupt CPU needs no
-/// IPI to make it enter); without it, every look enters. A refused
-/// submission still in the queue needs an entry too.
-fn must_enter(ring: &mut IoUring, taskrun_flag: bool) -> bool {
-    let queue = ring.submission();
-    !taskrun_flag || queue.taskrun() || !queue.is_empty()
 }
 
 /// The read of `reads[i]` into the slot's `i`-th page buffer.

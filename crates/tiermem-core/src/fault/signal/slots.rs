@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::fault::backoff;
 use crate::fault::readahead::Window;
+use crate::fault::ring::cooperative_ring;
 use crate::fault::PageRead;
 use crate::io_config::IoEngine;
 use crate::page_table::PageNo;
@@ -82,7 +83,8 @@ impl SignalSlots {
                 "pread in the faulting thread (SIGBUS delivery, TIERMEM_IO_ENGINE=psync)",
                 None,
             ),
-            IoEngine::IoUring => match (0..count).map(|_| slot_ring(ring_entries)).collect() {
+            IoEngine::IoUring => match (0..count).map(|_| cooperative_ring(ring_entries)).collect()
+            {
                 Ok(rings) => (
                     rings,
                     "io_uring, polled, in the faulting thread (SIGBUS delivery)",
@@ -177,20 +179,6 @@ impl SignalSlots {
                 };
             }
         }
-    }
-}
-
-/// A slot's ring, and whether it has the TASKRUN flag: the kernel then
-/// runs a completion's task work when the polling thread next enters it,
-/// rather than interrupting it with an IPI, and flags that it should.
-fn slot_ring(entries: u32) -> std::io::Result<(IoUring, bool)> {
-    let cooperative = IoUring::builder()
-        .setup_coop_taskrun()
-        .setup_taskrun_flag()
-        .build(entries);
-    match cooperative {
-        Ok(ring) => Ok((ring, true)),
-        Err(_) => IoUring::new(entries).map(|ring| (ring, false)),
     }
 }
 
