@@ -12,6 +12,7 @@ use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
 use tiermem_bench::scan_resistance::ScanShape;
 use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
+use tiermem_core::cpuidle::IdleWait;
 use tiermem_core::cpus::{format_cpu_list, CpuChoice};
 use tiermem_core::{parse_size, Config, FaultDelivery, PolicyKind};
 
@@ -302,6 +303,9 @@ fn print_human(
     println!("{}", headline(plan));
     println!();
     print!("{}", report::render_table(results, device));
+    if let Some(note) = IdleWait::read().note() {
+        println!("\nnote: {note}");
+    }
     if histograms {
         println!();
         print!("{}", report::render_histograms(results));
@@ -386,6 +390,17 @@ fn json_summary(r: &ModeResult) -> serde_json::Value {
     })
 }
 
+/// How idle vCPUs wait, which the miss latencies depend on.
+fn idle_wait_json(idle: &IdleWait) -> serde_json::Value {
+    serde_json::json!({
+        "guest": idle.guest,
+        "cpuidle_driver": idle.driver,
+        "guest_halt_poll_ns": idle.guest_halt_poll_ns,
+        "halts_at_once": idle.halts_at_once(),
+        "note": idle.note(),
+    })
+}
+
 fn print_json(
     plan: &BenchPlan,
     results: &[ModeResult],
@@ -403,6 +418,7 @@ fn print_json(
         "faults": plan.tiermem.faults.name(),
         "backing": plan.tiermem.backing,
         "device_qd1_read_us": device.and_then(|d| d.qd1_read_latency_us),
+        "idle_wait": idle_wait_json(&IdleWait::read()),
         "cpus": plan.cpus.as_ref().map(|p| serde_json::json!({
             "list": p.cpus,
             "why": p.why,

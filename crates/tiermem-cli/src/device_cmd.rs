@@ -263,6 +263,10 @@ pub fn run(args: &DeviceArgs) -> Result<()> {
             tiermem_core::cpus::format_cpu_list(&cpus)
         ));
     }
+    if let Some(note) = tiermem_core::cpuidle::IdleWait::read().note() {
+        // Interrupt-completed QD1 figures include a halted vCPU's wake-up.
+        report.notes.push(note);
+    }
 
     if args.json {
         println!("{}", report.to_json()?);

@@ -92,6 +92,20 @@ fn bench_runs_every_mode_and_verifies_every_page() {
         json["ratios"].as_object().is_some_and(|m| !m.is_empty()),
         "ratios missing"
     );
+    // How idle vCPUs wait goes with the figures: on a guest that halts at
+    // once, the report says so and names the knob.
+    let idle = tiermem_core::cpuidle::IdleWait::read();
+    let reported = &json["idle_wait"];
+    assert_eq!(reported["guest"].as_bool(), Some(idle.guest), "{reported}");
+    assert_eq!(
+        reported["halts_at_once"].as_bool(),
+        Some(idle.halts_at_once()),
+        "{reported}"
+    );
+    match reported["note"].as_str() {
+        Some(note) => assert!(idle.halts_at_once() && note.contains("guest_halt_poll_ns")),
+        None => assert!(!idle.halts_at_once(), "no note: {reported}"),
+    }
 }
 
 #[test]

@@ -16,6 +16,7 @@
 mod budget;
 mod buffer;
 pub mod config;
+pub mod cpuidle;
 pub mod cpus;
 mod error;
 mod evictor;

@@ -1,0 +1,140 @@
+//! How idle CPUs wait, which decides what waking a sleeping thread costs.
+//!
+//! On a VM guest whose idle vCPUs halt at once, waking a sleeping thread
+//! on another vCPU, or delivering an interrupt to one, goes through the
+//! host: the vCPU gave up its time slice and must be scheduled again. The
+//! guest's `haltpoll` cpuidle driver can poll for a while before halting,
+//! but `guest_halt_poll_ns=0` turns that off. On the test VM that added
+//! about 15 µs to every interrupt-completed read (device QD1 4 KiB read
+//! 58–75 µs against 45–48 µs with polling on), and so to every kernel-swap
+//! miss, while tiermem's polling threads mostly avoid it (BENCHMARKS.md,
+//! "Issue #4, sixth pass"). Figures from such a guest are only comparable
+//! with figures from one set the same way, so `tiermem bench` and
+//! `tiermem device` say when they run on one.
+
+use std::path::Path;
+
+/// The idle-wait facts of this machine, as far as it exposes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdleWait {
+    /// The CPU has the `hypervisor` flag: this is a VM guest.
+    pub guest: bool,
+    /// `/sys/devices/system/cpu/cpuidle/current_driver`.
+    pub driver: Option<String>,
+    /// The `haltpoll` driver's polling window, `guest_halt_poll_ns`.
+    pub guest_halt_poll_ns: Option<u64>,
+}
+
+/// Where the haltpoll governor's window is set.
+pub const HALT_POLL_PARAMETER: &str = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
+
+impl IdleWait {
+    /// Reads this machine's facts.
+    pub fn read() -> IdleWait {
+        IdleWait::read_from(Path::new("/"))
+    }
+
+    /// Reads the facts from a tree laid out like `/` (tests use a copy).
+    pub fn read_from(root: &Path) -> IdleWait {
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).ok();
+        IdleWait {
+            guest: read("proc/cpuinfo").is_some_and(|info| {
+                info.lines()
+                    .filter(|l| l.starts_with("flags"))
+                    .any(|l| l.split_whitespace().any(|f| f == "hypervisor"))
+            }),
+            driver: read("sys/devices/system/cpu/cpuidle/current_driver")
+                .map(|d| d.trim().to_string()),
+            guest_halt_poll_ns: read(HALT_POLL_PARAMETER.trim_start_matches('/'))
+                .and_then(|v| v.trim().parse().ok()),
+        }
+    }
+
+    /// A VM guest whose idle vCPUs halt without polling first.
+    pub fn halts_at_once(&self) -> bool {
+        self.guest
+            && self.driver.as_deref() == Some("haltpoll")
+            && self.guest_halt_poll_ns == Some(0)
+    }
+
+    /// A one-paragraph note for reports, if waking a thread is costly here.
+    pub fn note(&self) -> Option<String> {
+        self.halts_at_once().then(|| {
+            format!(
+                "idle vCPUs halt at once on this VM (cpuidle driver haltpoll, \
+                 guest_halt_poll_ns=0): every wake-up of a sleeping thread and every \
+                 interrupt that reaches an idle vCPU goes through the host. That slows \
+                 interrupt-completed reads (the device QD1 figure, kernel swap, tiermem's \
+                 handler threads) more than polled ones (tiermem --faults signal), so \
+                 compare only with runs on a guest set the same way. Guest halt polling \
+                 (as root: echo 200000 > {HALT_POLL_PARAMETER}) spends idle host CPU on \
+                 shorter wake-ups, for every program on the guest"
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(flags: &str, driver: Option<&str>, poll_ns: Option<&str>) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let write = |p: &str, text: &str| {
+            let path = dir.path().join(p);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("dirs");
+            std::fs::write(path, text).expect("a file");
+        };
+        write(
+            "proc/cpuinfo",
+            &format!("processor\t: 0\nflags\t\t: {flags}\n"),
+        );
+        if let Some(d) = driver {
+            write(
+                "sys/devices/system/cpu/cpuidle/current_driver",
+                &format!("{d}\n"),
+            );
+        }
+        if let Some(ns) = poll_ns {
+            write(
+                "sys/module/haltpoll/parameters/guest_halt_poll_ns",
+                &format!("{ns}\n"),
+            );
+        }
+        dir
+    }
+
+    #[test]
+    fn a_guest_with_halt_polling_off_gets_the_note() {
+        let dir = tree("fpu sse2 hypervisor avx2", Some("haltpoll"), Some("0"));
+        let idle = IdleWait::read_from(dir.path());
+        assert!(idle.guest);
+        assert_eq!(idle.guest_halt_poll_ns, Some(0));
+        assert!(idle.halts_at_once());
+        let note = idle.note().expect("a note");
+        assert!(note.contains("guest_halt_poll_ns=0"), "{note}");
+        assert!(note.contains(HALT_POLL_PARAMETER), "{note}");
+    }
+
+    #[test]
+    fn polling_guests_and_bare_metal_get_none() {
+        for (flags, driver, ns) in [
+            ("fpu hypervisor", Some("haltpoll"), Some("200000")),
+            ("fpu sse2", Some("intel_idle"), None),
+            ("fpu hypervisor", None, None),
+            ("fpu sse2", Some("haltpoll"), Some("0")),
+        ] {
+            let dir = tree(flags, driver, ns);
+            let idle = IdleWait::read_from(dir.path());
+            assert_eq!(idle.note(), None, "{flags} {driver:?} {ns:?}");
+        }
+    }
+
+    #[test]
+    fn this_machine_reads_without_error() {
+        let idle = IdleWait::read();
+        if idle.halts_at_once() {
+            assert!(idle.note().is_some());
+        }
+    }
+}
