@@ -395,6 +395,7 @@ fn idle_wait_json(idle: &IdleWait) -> serde_json::Value {
     serde_json::json!({
         "guest": idle.guest,
         "cpuidle_driver": idle.driver,
+        "cpuidle_governor": idle.governor,
         "guest_halt_poll_ns": idle.guest_halt_poll_ns,
         "halts_at_once": idle.halts_at_once(),
         "note": idle.note(),

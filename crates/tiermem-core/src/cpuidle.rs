@@ -21,6 +21,9 @@ pub struct IdleWait {
     pub guest: bool,
     /// `/sys/devices/system/cpu/cpuidle/current_driver`.
     pub driver: Option<String>,
+    /// `current_governor` beside it: the polling window below is the
+    /// `haltpoll` governor's, and means nothing under another.
+    pub governor: Option<String>,
     /// The `haltpoll` driver's polling window, `guest_halt_poll_ns`.
     pub guest_halt_poll_ns: Option<u64>,
 }
@@ -45,6 +48,9 @@ impl IdleWait {
             }),
             driver: read("sys/devices/system/cpu/cpuidle/current_driver")
                 .map(|d| d.trim().to_string()),
+            governor: read("sys/devices/system/cpu/cpuidle/current_governor")
+                .or_else(|| read("sys/devices/system/cpu/cpuidle/current_governor_ro"))
+                .map(|g| g.trim().to_string()),
             guest_halt_poll_ns: read(HALT_POLL_PARAMETER.trim_start_matches('/'))
                 .and_then(|v| v.trim().parse().ok()),
         }
@@ -54,6 +60,7 @@ impl IdleWait {
     pub fn halts_at_once(&self) -> bool {
         self.guest
             && self.driver.as_deref() == Some("haltpoll")
+            && self.governor.as_deref() == Some("haltpoll")
             && self.guest_halt_poll_ns == Some(0)
     }
 
@@ -78,7 +85,12 @@ impl IdleWait {
 mod tests {
     use super::*;
 
-    fn tree(flags: &str, driver: Option<&str>, poll_ns: Option<&str>) -> tempfile::TempDir {
+    fn tree(
+        flags: &str,
+        driver: Option<&str>,
+        governor: &str,
+        poll_ns: Option<&str>,
+    ) -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("a temp dir");
         let write = |p: &str, text: &str| {
             let path = dir.path().join(p);
@@ -94,6 +106,10 @@ mod tests {
                 "sys/devices/system/cpu/cpuidle/current_driver",
                 &format!("{d}\n"),
             );
+            write(
+                "sys/devices/system/cpu/cpuidle/current_governor",
+                &format!("{governor}\n"),
+            );
         }
         if let Some(ns) = poll_ns {
             write(
@@ -106,7 +122,12 @@ mod tests {
 
     #[test]
     fn a_guest_with_halt_polling_off_gets_the_note() {
-        let dir = tree("fpu sse2 hypervisor avx2", Some("haltpoll"), Some("0"));
+        let dir = tree(
+            "fpu sse2 hypervisor avx2",
+            Some("haltpoll"),
+            "haltpoll",
+            Some("0"),
+        );
         let idle = IdleWait::read_from(dir.path());
         assert!(idle.guest);
         assert_eq!(idle.guest_halt_poll_ns, Some(0));
@@ -118,15 +139,21 @@ mod tests {
 
     #[test]
     fn polling_guests_and_bare_metal_get_none() {
-        for (flags, driver, ns) in [
-            ("fpu hypervisor", Some("haltpoll"), Some("200000")),
-            ("fpu sse2", Some("intel_idle"), None),
-            ("fpu hypervisor", None, None),
-            ("fpu sse2", Some("haltpoll"), Some("0")),
+        for (flags, driver, governor, ns) in [
+            (
+                "fpu hypervisor",
+                Some("haltpoll"),
+                "haltpoll",
+                Some("200000"),
+            ),
+            ("fpu hypervisor", Some("haltpoll"), "menu", Some("0")),
+            ("fpu sse2", Some("intel_idle"), "menu", None),
+            ("fpu hypervisor", None, "haltpoll", None),
+            ("fpu sse2", Some("haltpoll"), "haltpoll", Some("0")),
         ] {
-            let dir = tree(flags, driver, ns);
+            let dir = tree(flags, driver, governor, ns);
             let idle = IdleWait::read_from(dir.path());
-            assert_eq!(idle.note(), None, "{flags} {driver:?} {ns:?}");
+            assert_eq!(idle.note(), None, "{flags} {driver:?} {governor} {ns:?}");
         }
     }
 
