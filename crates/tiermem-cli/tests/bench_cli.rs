@@ -103,7 +103,10 @@ fn bench_runs_every_mode_and_verifies_every_page() {
         "{reported}"
     );
     match reported["note"].as_str() {
-        Some(note) => assert!(idle.halts_at_once() && note.contains("guest_halt_poll_ns")),
+        Some(note) => assert!(
+            idle.halts_at_once() && note.contains("guest_halt_poll_ns"),
+            "a note where none belongs, or without the knob: {reported}"
+        ),
         None => assert!(!idle.halts_at_once(), "no note: {reported}"),
     }
 }

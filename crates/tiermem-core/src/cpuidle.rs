@@ -3,10 +3,10 @@
 //! On a VM guest whose idle vCPUs halt at once, waking a sleeping thread
 //! on another vCPU, or delivering an interrupt to one, goes through the
 //! host: the vCPU gave up its time slice and must be scheduled again. The
-//! guest's `haltpoll` cpuidle driver can poll for a while before halting,
+//! guest's `haltpoll` cpuidle governor can poll for a while before halting,
 //! but `guest_halt_poll_ns=0` turns that off. On the test VM that added
-//! about 15 µs to every interrupt-completed read (device QD1 4 KiB read
-//! 58–75 µs against 45–48 µs with polling on), and so to every kernel-swap
+//! 12–27 µs to every interrupt-completed read (device QD1 4 KiB read 58–75
+//! µs against 46–48 µs with polling on), and more to every kernel-swap
 //! miss, while tiermem's polling threads mostly avoid it (BENCHMARKS.md,
 //! "Issue #4, sixth pass"). Figures from such a guest are only comparable
 //! with figures from one set the same way, so `tiermem bench` and
@@ -24,7 +24,7 @@ pub struct IdleWait {
     /// `current_governor` beside it: the polling window below is the
     /// `haltpoll` governor's, and means nothing under another.
     pub governor: Option<String>,
-    /// The `haltpoll` driver's polling window, `guest_halt_poll_ns`.
+    /// The `haltpoll` governor's polling window, `guest_halt_poll_ns`.
     pub guest_halt_poll_ns: Option<u64>,
 }
 
@@ -56,7 +56,9 @@ impl IdleWait {
         }
     }
 
-    /// A VM guest whose idle vCPUs halt without polling first.
+    /// A VM guest whose idle vCPUs halt without polling first. Only the
+    /// `haltpoll` case is recognised: a guest that halts through
+    /// `acpi_idle` or plain `HLT` reads as false too.
     pub fn halts_at_once(&self) -> bool {
         self.guest
             && self.driver.as_deref() == Some("haltpoll")
