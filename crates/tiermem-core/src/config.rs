@@ -37,8 +37,9 @@ const SIZE_FORM: &str = "expected a size like 262144, 256K, 256M, 4G or 25% (of 
 pub enum PolicyKind {
     /// Evict in page-in order: the thesis's baseline. Blind to references.
     Fifo,
-    /// Second chance with real reference detection: write faults and
-    /// soft-unmapped probation (see `policy::clock`). The default.
+    /// Second chance with real reference detection (write faults and
+    /// soft-unmapped probation) and more turns for pages seen in use
+    /// repeatedly (see `policy::clock`). The default.
     Clock,
     /// Scan-resistant S3-FIFO: a small FIFO for new pages, a main CLOCK for
     /// pages referenced again, a ghost of recent victims (see `policy::s3fifo`).

@@ -425,6 +425,7 @@ impl Runtime {
                     .with_queued(s.is_queued())
                     .with_kind(Kind::Zero)
             });
+            self.shared.table.forget_heat(p as PageNo);
         }
     }
 
@@ -604,6 +605,20 @@ impl Runtime {
 
     pub(crate) fn shared_ref(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// How many times the page holding `addr` was seen in use, misses
+    /// included, as CLOCK counts them (saturating at 15 and halving as
+    /// evictions go by; see `policy::heat`). `None` outside the arena. For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn observed_uses(&self, addr: *const u8) -> Option<u16> {
+        let table = &self.shared.table;
+        let page = self.shared.page_of(addr as usize)?;
+        Some(crate::policy::heat::uses_of(
+            table,
+            page,
+            table.heat_period(),
+        ))
     }
 
     pub fn stats(&self) -> Stats {

@@ -432,6 +432,10 @@ pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
     // meanwhile is retried and finds the page resident).
     let wake = !read.prefetch && read.group.is_none();
     count_page_ins(rt, 1);
+    if !read.prefetch {
+        // Before the wake-up, as the count: a woken thread sees its miss.
+        rt.policy.note_miss(&rt.table, read.page);
+    }
     install_with(rt, read.page, buf, !owns_store_copy(rt, read), wake);
     publish_read(rt, read);
 }

@@ -1,21 +1,39 @@
-//! CLOCK (second chance) with real reference detection.
+//! CLOCK (second chance) with real reference detection, and with credits
+//! for pages that keep being used.
 //!
-//! Resident pages sit in a ring; the hand gives a page whose `REFERENCED`
-//! bit is set another round (clearing the bit) and picks one whose bit is
-//! clear. Accesses to mapped pages do not trap, so the bit is fed by events
-//! that do:
+//! Resident pages sit in a ring. The hand takes a page whose `REFERENCED`
+//! bit is set, clears the bit and puts it back; one whose bit is clear is
+//! picked, unless it still has credits (see below). Accesses to mapped
+//! pages do not trap, so the bit is fed by events that do:
 //! - a write fault on a clean page (dirty tracking write-protects them);
 //! - a probation hit: picked pages are first unmapped but kept in a DRAM
 //!   frame (1/8 of the budget). A touch there costs a minor fault, no I/O,
 //!   and brings the page back referenced. Only pages that stay untouched
 //!   through probation are written out.
 //!
+//! **Credits.** Each page's heat word (`policy::heat`) counts the events
+//! seen for it, misses included, across its stays in DRAM. When the hand
+//! finds a page referenced, the page gets as many credits as it has uses:
+//! the turns of the hand it survives without a new reference. A page that
+//! has missed and been referenced many times (the warm edge of a skewed
+//! working set) so outlasts one seen once, where one bit would treat them
+//! alike. Uses saturate at 15, which bounds how long a page that has gone
+//! cold can stay: 15 turns of the hand. They halve after every eight
+//! rings' worth of victims, so that they measure recent use and do not all
+//! end up at 15 in a long run. Within one call of the evictor,
+//! each further turn of the hand spends credits twice as fast, so the
+//! evictor never waits out those 15 turns when the whole working set
+//! changes at once.
+//!
 //! Cost per page: one 4 KiB copy into a frame when demoted, and for pages
 //! touched during probation one fault (a few microseconds) instead of a
 //! device read.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crossbeam_queue::SegQueue;
 
+use super::heat;
 use super::{mark_queued, unmark_queued, Policy};
 use crate::config::PolicyKind;
 use crate::page_table::{Kind, PageNo, PageTable};
@@ -23,9 +41,19 @@ use crate::page_table::{Kind, PageNo, PageTable};
 /// 32/256 = 1/8 of the budget.
 const PROBATION_SHARE: u32 = 32;
 
+/// Uses halve after this many turns of the ring's worth of victims: about
+/// eight budgets of evictions, as TinyLFU ages after ten cache sizes of
+/// samples.
+const AGING_TURNS: usize = 8;
+
+/// However small the budget, an aging period lasts this many victims.
+const MIN_AGING_VICTIMS: usize = 4096;
+
 #[derive(Default)]
 pub struct Clock {
     ring: SegQueue<PageNo>,
+    /// Victims picked in the current aging period (only the evictor adds).
+    picked_in_period: AtomicUsize,
 }
 
 impl Policy for Clock {
@@ -39,16 +67,34 @@ impl Policy for Clock {
         }
     }
 
+    fn note_miss(&self, table: &PageTable, page: PageNo) {
+        heat::on_miss(table, page, table.heat_period());
+    }
+
     fn pick_victims(&self, table: &PageTable, want: usize, out: &mut Vec<PageNo>) {
-        // Every page is looked at most twice per call: once to clear its
-        // bit, once to pick it.
-        let mut budget = 2 * self.ring.len() + want;
+        // Each visit spends one credit in the first turn of the hand of this
+        // call, two in the second, four in the third...: when every page is
+        // warm (as after a change of working set) a call still ends within
+        // seven turns instead of waiting out 15 turns of credits, and pages
+        // with fewer credits still leave first.
+        let turn = self.ring.len().max(1);
+        let now = table.heat_period();
+        let picked_before = out.len();
+        let mut looked = 0;
+        let mut budget = 7 * turn + want;
         while out.len() < want && budget > 0 {
             budget -= 1;
+            let cost = 1u16 << (looked / turn).min(4);
+            looked += 1;
             let Some(page) = self.ring.pop() else { break };
             let state = table.load(page);
             if state.kind() == Kind::Resident && state.is_referenced() {
                 table.update(page, |s| s.with_referenced(false));
+                heat::on_reference(table, page, now);
+                self.ring.push(page);
+                continue;
+            }
+            if state.kind() == Kind::Resident && heat::spend_credits(table, page, cost, now) {
                 self.ring.push(page);
                 continue;
             }
@@ -56,9 +102,143 @@ impl Policy for Clock {
                 out.push(page);
             }
         }
+        self.age(table, turn, out.len() - picked_before);
     }
 
     fn probation_share(&self) -> u32 {
         PROBATION_SHARE
+    }
+}
+
+impl Clock {
+    fn age(&self, table: &PageTable, turn: usize, picked: usize) {
+        let period = (AGING_TURNS * turn).max(MIN_AGING_VICTIMS);
+        let total = self.picked_in_period.fetch_add(picked, Ordering::Relaxed) + picked;
+        if total >= period {
+            self.picked_in_period.store(0, Ordering::Relaxed);
+            table.advance_heat_period();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page_table::PageState;
+
+    fn resident(table: &PageTable, page: PageNo, referenced: bool) {
+        table.update(page, |s| {
+            s.with_kind(Kind::Resident).with_referenced(referenced)
+        });
+    }
+
+    #[test]
+    fn an_unreferenced_page_seen_once_goes_first() {
+        let t = PageTable::new(16).unwrap();
+        let clock = Clock::default();
+        for page in 0..4 {
+            resident(&t, page, page != 2);
+            clock.note_miss(&t, page);
+            clock.admit(&t, page);
+        }
+        let mut out = Vec::new();
+        clock.pick_victims(&t, 1, &mut out);
+        assert_eq!(out, [2]);
+    }
+
+    #[test]
+    fn a_page_that_keeps_missing_outlasts_one_seen_once() {
+        let t = PageTable::new(16).unwrap();
+        let clock = Clock::default();
+        // Page 7 has missed five times before; page 8 is new. Both were
+        // referenced once during this stay.
+        for _ in 0..5 {
+            clock.note_miss(&t, 7);
+        }
+        for page in [7, 8] {
+            resident(&t, page, true);
+            clock.admit(&t, page);
+        }
+        let mut out = Vec::new();
+        clock.pick_victims(&t, 1, &mut out);
+        assert_eq!(out, [8], "the page with one use leaves first");
+        out.clear();
+        clock.pick_victims(&t, 1, &mut out);
+        assert_eq!(out, [7], "credits run out without new references");
+        assert_eq!(t.load(7).kind(), Kind::Resident);
+        assert!(!t.load(7).is_queued());
+    }
+
+    /// Eight resident pages in the ring, each missed often enough to
+    /// saturate its uses.
+    fn eight_warm_pages(referenced: bool) -> (PageTable, Clock) {
+        let t = PageTable::new(16).unwrap();
+        let clock = Clock::default();
+        for page in 0..8 {
+            for _ in 0..20 {
+                clock.note_miss(&t, page);
+            }
+            resident(&t, page, referenced);
+            if !referenced {
+                heat::on_reference(&t, page, 0);
+            }
+            clock.admit(&t, page);
+        }
+        (t, clock)
+    }
+
+    #[test]
+    fn the_hand_ends_when_every_page_is_referenced_again() {
+        let (t, clock) = eight_warm_pages(true);
+        let mut out = Vec::new();
+        clock.pick_victims(&t, 3, &mut out);
+        assert_eq!(out.len(), 3, "credits delay victims, they never hide them");
+    }
+
+    #[test]
+    fn a_call_that_finds_no_victims_spends_credits_faster() {
+        // Unreferenced, with the credits of an earlier reference.
+        let (t, clock) = eight_warm_pages(false);
+        // 15 credits each: 1 + 2 + 4 + 8 spent in four turns, picked in the
+        // fifth, within one call.
+        let mut out = Vec::new();
+        clock.pick_victims(&t, 2, &mut out);
+        assert_eq!(out, [0, 1]);
+        assert!(!heat::spend_credits(&t, 2, 1, 0), "page 2 is next");
+    }
+
+    #[test]
+    fn uses_age_once_a_period_of_victims_was_picked() {
+        let pages = MIN_AGING_VICTIMS as PageNo + 64;
+        let t = PageTable::new(pages as u64).unwrap();
+        let clock = Clock::default();
+        for page in 0..pages {
+            resident(&t, page, false);
+            clock.admit(&t, page);
+        }
+        for _ in 0..4 {
+            clock.note_miss(&t, pages - 1);
+        }
+        let mut out = Vec::new();
+        clock.pick_victims(&t, MIN_AGING_VICTIMS - 1, &mut out);
+        assert_eq!(t.heat_period(), 0, "one victim short of a period");
+        out.clear();
+        clock.pick_victims(&t, 1, &mut out);
+        assert_eq!(t.heat_period(), 1);
+        assert_eq!(heat::uses_of(&t, pages - 1, t.heat_period()), 2);
+    }
+
+    #[test]
+    fn pages_no_longer_resident_are_skipped() {
+        let t = PageTable::new(16).unwrap();
+        let clock = Clock::default();
+        resident(&t, 1, false);
+        clock.admit(&t, 1);
+        resident(&t, 2, false);
+        clock.admit(&t, 2);
+        t.update(1, |_| PageState::FREE.with_kind(Kind::Stored));
+        let mut out = Vec::new();
+        clock.pick_victims(&t, 2, &mut out);
+        assert_eq!(out, [2]);
     }
 }

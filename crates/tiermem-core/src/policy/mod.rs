@@ -7,6 +7,7 @@
 
 mod clock;
 mod fifo;
+pub(crate) mod heat;
 mod s3fifo;
 
 pub use clock::Clock;
@@ -21,6 +22,11 @@ pub trait Policy: Send + Sync {
 
     /// `page` became resident.
     fn admit(&self, table: &PageTable, page: PageNo);
+
+    /// `page` missed and was read back from the store on demand (not read
+    /// ahead). Called on the fault path before [`Policy::admit`]: it must
+    /// not block or allocate.
+    fn note_miss(&self, _table: &PageTable, _page: PageNo) {}
 
     /// Appends up to `want` resident pages to `out`, best victims first. The
     /// caller re-checks each page's state when it takes ownership.
