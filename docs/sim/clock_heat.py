@@ -5,15 +5,24 @@ The simulation gives each policy only what tiermem can see: a miss, a write
 to a clean resident page (dirty tracking write-protects clean pages), a touch
 of a page in probation (unmapped but still in DRAM, 1/8 of the budget).
 Reads and writes of mapped pages are invisible. LRU sees every access, as a
-reference for what accessed bits give the kernel. A write miss counts as a
-reference, as in tiermem (the page is installed dirty, so no later write
-fault would report it).
+reference for what accessed bits give the kernel.
+
+Accesses are those of `tiermem bench --read-ratio 50`: a read, or a read
+followed by a write of the same word, so every miss is a read fault. With
+write prediction on (tiermem's default, and it turns on for this pattern),
+seven read misses in eight install the page writable and dirty, so a write
+that follows is not seen; the eighth installs it protected. A page stays
+dirty through probation: a rescued dirty page is installed writable.
 
 Policies:
   lru          every access visible
-  clock        one REFERENCED bit (tiermem before the heat word)
-  heat         uses (saturating at 15) and credits, no aging
-  heat-aging   the same, uses halving every eight budgets of misses (tiermem)
+  clock        one REFERENCED bit (tiermem before the heat byte)
+  heat         uses (saturating at 15) and credits, no aging (tiermem)
+  heat-aging   the same, uses halving after every eight rings' worth of
+               victims, at least 4,096 (built, measured, and dropped)
+
+A referenced page survives one turn of the hand for the bit, plus (with heat)
+one per use before this one; a miss grants nothing.
 
 Example (BENCHMARKS.md, "Issue #4, seventh pass"):
   docs/sim/clock_heat.py --pages 262144 --accesses 8000000 lru clock heat heat-aging
@@ -28,14 +37,19 @@ MAX_USES = 15
 RESIDENT, PROBATION, STORED = 1, 2, 0
 
 
-def zipf_trace(pages, accesses, theta, seed):
+def zipf_trace(pages, accesses, theta, seed, shifts):
+    """Zipf ranks mapped to pages; after each of `shifts` equal parts of the
+    trace the popularity of pages is drawn anew (a drifting working set)."""
     rng = random.Random(seed)
     weights = [1.0 / (rank**theta) for rank in range(1, pages + 1)]
     cumulative = list(itertools.accumulate(weights))
-    order = list(range(pages))
-    rng.shuffle(order)
     ranks = rng.choices(range(pages), cum_weights=cumulative, k=accesses)
-    trace = [order[r] for r in ranks]
+    trace = []
+    part = accesses // (shifts + 1) + 1
+    for start in range(0, accesses, part):
+        order = list(range(pages))
+        rng.shuffle(order)
+        trace += [order[r] for r in ranks[start : start + part]]
     writes = [rng.random() < 0.5 for _ in range(accesses)]
     best = sum(weights[: pages // 4]) / cumulative[-1]
     return trace, writes, best
@@ -56,49 +70,53 @@ def lru(trace, writes, budget, measured_from):
 
 
 class Heat:
-    """Uses and credits per page, with optional lazy aging."""
+    """Uses per page, with optional lazy aging driven by victims."""
 
-    def __init__(self, pages, aging_misses):
+    def __init__(self, pages, aging):
         self.uses = [0] * pages
         self.period_of = [0] * pages
         self.period = 0
-        self.misses = 0
-        self.aging_misses = aging_misses
+        self.victims = 0
+        self.aging = aging
 
     def _fresh(self, page):
-        if self.aging_misses and self.period_of[page] != self.period:
+        if self.aging and self.period_of[page] != self.period:
             self.uses[page] >>= min(4, self.period - self.period_of[page])
             self.period_of[page] = self.period
 
     def on_miss(self, page):
-        self.misses += 1
-        if self.aging_misses and self.misses % self.aging_misses == 0:
-            self.period += 1
         self._fresh(page)
         self.uses[page] = min(MAX_USES, self.uses[page] + 1)
 
     def on_reference(self, page):
-        """Returns the credits a reference grants."""
+        """Returns the turns a reference buys: one, plus one per earlier use."""
         self._fresh(page)
         self.uses[page] = min(MAX_USES, self.uses[page] + 1)
         return self.uses[page]
 
+    def on_victim(self, ring_len):
+        self.victims += 1
+        if self.aging and self.victims >= max(8 * ring_len, 4096):
+            self.victims = 0
+            self.period += 1
 
-def clock(trace, writes, pages, budget, measured_from, heat):
+
+def clock(trace, writes, pages, budget, measured_from, heat, prediction):
     """CLOCK over mapped pages, FIFO probation, tiermem's visibility.
 
     With `heat` None, a reference is worth one turn of the hand (one bit).
     """
+    rng = random.Random(7)
     probation_target = budget // 8
     state = [STORED] * pages
-    credits = [0] * pages
+    turns = [0] * pages
     dirty = [False] * pages
     ring = collections.deque()
     probation = collections.deque()
     mapped = in_probation = hits = 0
 
     def reference(page):
-        credits[page] = heat.on_reference(page) if heat else 1
+        turns[page] = heat.on_reference(page) if heat else 1
 
     for i, page in enumerate(trace):
         measured = i >= measured_from
@@ -118,12 +136,14 @@ def clock(trace, writes, pages, budget, measured_from, heat):
             mapped += 1
             in_probation -= 1
             continue
+        # A miss is a read fault; a write of the same access follows.
         if heat:
             heat.on_miss(page)
         state[page] = RESIDENT
-        dirty[page] = write
-        credits[page] = 0
-        if write:
+        turns[page] = 0
+        dirty[page] = prediction and rng.random() < 7 / 8
+        if write and not dirty[page]:
+            dirty[page] = True
             reference(page)
         ring.append(page)
         mapped += 1
@@ -132,17 +152,19 @@ def clock(trace, writes, pages, budget, measured_from, heat):
                 victim = probation.popleft()
                 if state[victim] == PROBATION:
                     state[victim] = STORED
+                    dirty[victim] = False
                     in_probation -= 1
                 continue
             victim = ring.popleft()
             if state[victim] != RESIDENT:
                 continue
-            if credits[victim] > 0:
-                credits[victim] -= 1
+            if turns[victim] > 0:
+                turns[victim] -= 1
                 ring.append(victim)
                 continue
+            if heat:
+                heat.on_victim(len(ring))
             state[victim] = PROBATION
-            dirty[victim] = False
             probation.append(victim)
             mapped -= 1
             in_probation += 1
@@ -155,22 +177,29 @@ def main():
     parser.add_argument("--accesses", type=int, default=2_000_000, help="trace length; the first third warms up")
     parser.add_argument("--theta", type=float, default=0.99, help="zipf skew")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shifts", type=int, default=0, help="times the popularity of pages is drawn anew")
+    parser.add_argument(
+        "--no-write-prediction",
+        action="store_true",
+        help="every read miss installs the page protected, so the write after it is seen",
+    )
     parser.add_argument("policies", nargs="*", default=["lru", "clock", "heat", "heat-aging"])
     args = parser.parse_args()
 
     budget = args.pages // 4
-    trace, writes, best = zipf_trace(args.pages, args.accesses, args.theta, args.seed)
+    trace, writes, best = zipf_trace(args.pages, args.accesses, args.theta, args.seed, args.shifts)
     measured_from = args.accesses // 3
+    prediction = not args.no_write_prediction
     print(f"best static choice of {budget} pages: {best:.2%} hits")
     for name in args.policies:
         if name == "lru":
             ratio = lru(trace, writes, budget, measured_from)
         elif name == "clock":
-            ratio = clock(trace, writes, args.pages, budget, measured_from, None)
+            ratio = clock(trace, writes, args.pages, budget, measured_from, None, prediction)
         elif name == "heat":
-            ratio = clock(trace, writes, args.pages, budget, measured_from, Heat(args.pages, 0))
+            ratio = clock(trace, writes, args.pages, budget, measured_from, Heat(args.pages, False), prediction)
         elif name == "heat-aging":
-            ratio = clock(trace, writes, args.pages, budget, measured_from, Heat(args.pages, 8 * budget))
+            ratio = clock(trace, writes, args.pages, budget, measured_from, Heat(args.pages, True), prediction)
         else:
             parser.error(f"unknown policy {name!r}: expected lru, clock, heat or heat-aging")
         print(f"{name:<11} {ratio:.2%} hits")

@@ -103,8 +103,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE")]
     page_size: Option<String>,
 
-    /// Replacement policy: clock (second chance with reference detection),
-    /// fifo, or s3fifo (scan-resistant). [default: TIERMEM_POLICY, else clock]
+    /// Replacement policy: clock (second chance with reference detection,
+    /// more turns for pages seen in use often), fifo, or s3fifo
+    /// (scan-resistant). [default: TIERMEM_POLICY, else clock]
     #[arg(long, value_name = "clock|fifo|s3fifo")]
     policy: Option<String>,
 

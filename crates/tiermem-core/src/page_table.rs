@@ -5,7 +5,7 @@
 //! every transition is a compare-and-swap. Whoever moves a page into a busy
 //! kind (`Loading`, `Evicting`) owns it exclusively until it moves it out.
 
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::error::Result;
 use crate::sys::mem::Mapping;
@@ -153,8 +153,6 @@ pub struct PageTable {
     states: Mapping,
     frames: Mapping,
     heat: Mapping,
-    /// The aging period of the heat words (see `policy::heat`).
-    heat_period: AtomicU8,
     pages: u64,
 }
 
@@ -165,8 +163,7 @@ impl PageTable {
         Ok(PageTable {
             states: Mapping::reserve(n * 8, "reserving the page-state table")?,
             frames: Mapping::reserve(n * 4, "reserving the probation frame table")?,
-            heat: Mapping::reserve(n * 2, "reserving the page heat table")?,
-            heat_period: AtomicU8::new(0),
+            heat: Mapping::reserve(n, "reserving the page heat table")?,
             pages,
         })
     }
@@ -241,35 +238,24 @@ impl PageTable {
         self.frame_word(page).load(Ordering::Relaxed)
     }
 
-    /// The heat word of `page`: its observed uses and CLOCK credits, kept
+    /// The heat byte of `page`: its observed uses and CLOCK credits, kept
     /// whatever the page's kind (see `policy::heat`).
     #[inline]
-    pub fn heat(&self, page: PageNo) -> &AtomicU16 {
+    pub fn heat(&self, page: PageNo) -> &AtomicU8 {
         assert!((page as u64) < self.pages);
-        // SAFETY: as for `word`, with u16 elements.
-        unsafe { &*(self.heat.as_ptr() as *const AtomicU16).add(page as usize) }
+        // SAFETY: as for `word`, with u8 elements (no alignment needed).
+        unsafe { &*(self.heat.as_ptr() as *const AtomicU8).add(page as usize) }
     }
 
-    /// The current aging period of the heat words.
-    #[inline]
-    pub fn heat_period(&self) -> u8 {
-        self.heat_period.load(Ordering::Relaxed)
-    }
-
-    /// Starts the next aging period: every page's uses halve, lazily.
-    pub fn advance_heat_period(&self) {
-        self.heat_period.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A page handed to a new allocation starts cold: the heat of the
-    /// memory it held before says nothing about the new one.
+    /// Released memory starts cold: the heat of what a page held before
+    /// says nothing about what is allocated there next.
     pub fn forget_heat(&self, page: PageNo) {
         self.heat(page).store(0, Ordering::Relaxed);
     }
 
     /// Bytes of page-table memory actually committed (touched) so far.
     pub fn committed_bytes(&self, touched_pages: u64) -> u64 {
-        touched_pages * 14
+        touched_pages * 13
     }
 }
 

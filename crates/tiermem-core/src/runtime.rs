@@ -425,7 +425,6 @@ impl Runtime {
                     .with_queued(s.is_queued())
                     .with_kind(Kind::Zero)
             });
-            self.shared.table.forget_heat(p as PageNo);
         }
     }
 
@@ -481,6 +480,8 @@ impl Runtime {
                         if !rt.table.transition(page, s, freed) {
                             continue;
                         }
+                        // Whatever is allocated here next is new memory.
+                        rt.table.forget_heat(page);
                         if kind != Kind::Zero {
                             held_data += 1;
                         }
@@ -608,17 +609,12 @@ impl Runtime {
     }
 
     /// How many times the page holding `addr` was seen in use, misses
-    /// included, as CLOCK counts them (saturating at 15 and halving as
-    /// evictions go by; see `policy::heat`). `None` outside the arena. For tests and diagnostics.
+    /// included, as CLOCK counts them (saturating at 15; see
+    /// `policy::heat`). `None` outside the arena. For tests and diagnostics.
     #[doc(hidden)]
-    pub fn observed_uses(&self, addr: *const u8) -> Option<u16> {
-        let table = &self.shared.table;
+    pub fn observed_uses(&self, addr: *const u8) -> Option<u8> {
         let page = self.shared.page_of(addr as usize)?;
-        Some(crate::policy::heat::uses_of(
-            table,
-            page,
-            table.heat_period(),
-        ))
+        Some(crate::policy::heat::uses_of(&self.shared.table, page))
     }
 
     pub fn stats(&self) -> Stats {

@@ -123,6 +123,14 @@ pub(crate) struct PageRead {
     pub started_ns: u64,
 }
 
+impl PageRead {
+    /// A real write fault is a reference in itself: the page will never
+    /// write-fault to report one.
+    fn enters_referenced(&self) -> bool {
+        self.write && !self.predicted
+    }
+}
+
 /// What a missing fault needs once its cheap cases are handled.
 pub(crate) enum Missing {
     /// Served without I/O (zeros, probation, duplicate, bad access).
@@ -432,8 +440,9 @@ pub(crate) fn finish_read(rt: &Shared, read: &PageRead, buf: *const u8) {
     // meanwhile is retried and finds the page resident).
     let wake = !read.prefetch && read.group.is_none();
     count_page_ins(rt, 1);
-    if !read.prefetch {
-        // Before the wake-up, as the count: a woken thread sees its miss.
+    if !read.prefetch && !read.enters_referenced() {
+        // Before the wake-up, as the count: a woken thread sees its miss. A
+        // write miss enters referenced, and the policy counts it from that.
         rt.policy.note_miss(&rt.table, read.page);
     }
     install_with(rt, read.page, buf, !owns_store_copy(rt, read), wake);
@@ -499,7 +508,7 @@ fn publish_read(rt: &Shared, read: &PageRead) {
         Counters::add(&rt.counters.prefetch_issued, 1);
         finish_resident(rt, read.page, new.with_prefetched(true), false);
     } else {
-        finish_resident(rt, read.page, new, read.write && !read.predicted);
+        finish_resident(rt, read.page, new, read.enters_referenced());
         let took = now_ns().saturating_sub(read.started_ns);
         rt.fault_latency.record(took);
         rt.page_in_latency.record(took);
