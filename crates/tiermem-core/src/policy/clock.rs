@@ -72,12 +72,11 @@ impl Policy for Clock {
         // seven turns instead of waiting out 15 turns of credits, and pages
         // with fewer credits still leave first.
         let ring_len = self.ring.len().max(1);
-        let mut looked = 0;
-        let mut budget = 7 * ring_len + want;
-        while out.len() < want && budget > 0 {
-            budget -= 1;
+        for looked in 0..7 * ring_len + want {
+            if out.len() >= want {
+                break;
+            }
             let cost = 1u8 << (looked / ring_len).min(4);
-            looked += 1;
             let Some(page) = self.ring.pop() else { break };
             let state = table.load(page);
             if state.kind() == Kind::Resident && state.is_referenced() {

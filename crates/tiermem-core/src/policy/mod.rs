@@ -23,9 +23,10 @@ pub trait Policy: Send + Sync {
     /// `page` became resident.
     fn admit(&self, table: &PageTable, page: PageNo);
 
-    /// `page` missed and was read back from the store on demand (not read
-    /// ahead). Called on the fault path before [`Policy::admit`]: it must
-    /// not block or allocate.
+    /// A read fault on `page` missed and the page was read back from the
+    /// store on demand (not read ahead). A write miss is not reported here:
+    /// it enters referenced, and the policy sees it that way. Called on the
+    /// fault path before [`Policy::admit`]: it must not block or allocate.
     fn note_miss(&self, _table: &PageTable, _page: PageNo) {}
 
     /// Appends up to `want` resident pages to `out`, best victims first. The
