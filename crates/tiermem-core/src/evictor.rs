@@ -29,6 +29,7 @@ use crate::sys::mem::Zapper;
 pub const BATCH: usize = 64;
 
 pub(crate) fn evictor_loop(rt: &Shared) {
+    keep_off_the_fault_path();
     let mut ev = Evictor::new(rt);
     while !rt.stopping() {
         if rt.pause.requested() && rt.pause.parked() >= rt.config.handler_threads {
@@ -40,6 +41,20 @@ pub(crate) fn evictor_loop(rt: &Shared) {
         rt.poll_fork_leases();
     }
     ev.hand_back_probation();
+}
+
+/// A fault kicks the evictor from the faulting thread's CPU, and at times
+/// the scheduler woke it right there, preempting that thread while it
+/// polled for its read: one batch (write-protect, copy, zap, submit) is
+/// about 150 µs of CPU, added to that miss (49 of 1,039 misses over 200 µs
+/// in a 2 s trace, 15 of 916 after; BENCHMARKS.md, "Issue #4, eighth
+/// pass"). As a batch thread it waits for a slice instead, or runs on an
+/// idle CPU; the free-page watermarks hold far more than a slice's worth
+/// of faults.
+fn keep_off_the_fault_path() {
+    if let Err(e) = crate::sys::thread::run_as_batch_if_default() {
+        eprintln!("tiermem: the evictor stays a normal thread (SCHED_BATCH refused: {e})");
+    }
 }
 
 struct Demoted {

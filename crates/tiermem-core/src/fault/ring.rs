@@ -233,7 +233,7 @@ impl<'a> RingHandler<'a> {
 
     /// Polls for a completion for up to `POLL_NS`; true if one arrived.
     fn poll_completions(&mut self) -> bool {
-        let mut clock = PollClock::start();
+        let mut clock = PollClock::start(POLL_NS);
         loop {
             // Entering the kernel runs the completions' task work.
             if must_enter(&mut self.ring, self.taskrun_flag) || clock.due_for_entry() {
@@ -701,7 +701,7 @@ impl<'a> RingHandler<'a> {
     }
 }
 
-/// The end of a thread's polling (`POLL_NS` from its start), checked every
+/// The end of a thread's polling (a limit from its start), checked every
 /// few spins only: reading the clock costs as much as a look at the ring.
 pub(super) struct PollClock {
     deadline: u64,
@@ -713,9 +713,9 @@ impl PollClock {
     const SPINS_PER_CHECK: u32 = 32;
     const SPINS_PER_ENTRY: u32 = 128;
 
-    pub fn start() -> PollClock {
+    pub fn start(limit_ns: u64) -> PollClock {
         PollClock {
-            deadline: now_ns() + POLL_NS,
+            deadline: now_ns() + limit_ns,
             spins: 0,
             expired: false,
         }

@@ -134,6 +134,25 @@ pub fn restrict_current_thread(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes the calling thread a batch thread (`SCHED_BATCH`) if it runs
+/// under the default policy: it keeps its fair share of CPU, but waking it
+/// never preempts the thread running on the CPU it is woken on; it waits
+/// for that thread's time slice, or for an idle CPU to pull it. A thread
+/// under a real-time or idle policy keeps it. Returns whether it changed.
+pub fn run_as_batch_if_default() -> io::Result<bool> {
+    // SAFETY: sched_getscheduler reads the calling thread's own policy.
+    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+        return Ok(false);
+    }
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sets the calling thread's own policy; `param` is valid.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(true)
+}
+
 /// Thread cancellation held off until dropped (`pthread_setcancelstate`,
 /// which the libc crate does not bind).
 pub struct CancellationHeld(libc::c_int);
@@ -165,6 +184,18 @@ impl Drop for CancellationHeld {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_default_thread_becomes_a_batch_thread() {
+        let policy = std::thread::spawn(|| {
+            let changed = run_as_batch_if_default().expect("SCHED_BATCH is unprivileged");
+            // SAFETY: reads this thread's own policy.
+            (changed, unsafe { libc::sched_getscheduler(0) })
+        })
+        .join()
+        .expect("the batch thread");
+        assert_eq!(policy, (true, libc::SCHED_BATCH));
+    }
 
     #[test]
     fn a_pinned_thread_runs_on_its_cpu() {

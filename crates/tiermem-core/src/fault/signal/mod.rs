@@ -56,6 +56,13 @@ use crate::sys::thread::CancellationHeld;
 use crate::sys::uffd::Fault;
 use slots::Claimed;
 
+/// Longest a faulting thread polls for its reads before it sleeps. Longer
+/// than a handler's poll: the thread has nothing else to do, and a read
+/// slowed by write-back or by the host can take 200–500 µs, after which a
+/// sleeping thread still pays its wake-up (BENCHMARKS.md, "Issue #4,
+/// eighth pass"). Other threads still get the CPU: see [`cpus_to_spare`].
+const POLL_NS: u64 = 1_000_000;
+
 /// Runtimes with signal delivery that one process may hold at once.
 const MAX_RUNTIMES: usize = 64;
 
@@ -299,7 +306,7 @@ fn ring_read_all(
     }
     let mut pending = reads.len();
     let mut failed = None;
-    let mut poll_clock = PollClock::start();
+    let mut poll_clock = PollClock::start(POLL_NS);
     let mut submitted = false;
     while pending > 0 {
         let poll = poll_clock.polling() && cpus_to_spare(cpus);
@@ -367,8 +374,9 @@ fn read_entry(rt: &Shared, buffer: *mut u8, reads: &[PageRead], i: usize) -> squ
 /// queue behind the pollers. Two threads missing at once on two CPUs both
 /// poll: a thread waiting for the device leaves its CPU mostly idle, and
 /// polling there beat sleeping by about 12% in pages/s (BENCHMARKS.md,
-/// "Issue #4, fifth pass"); a poll lasts at most `POLL_NS`, so the evictor
-/// still gets its turn. With a single CPU a poller would hold up the
+/// "Issue #4, fifth pass"); the evictor still gets its turn, as the
+/// scheduler shares a CPU between a poller and a runnable thread, and a
+/// poll lasts at most `POLL_NS`. With a single CPU a poller would hold up the
 /// read-ahead thread and the evictor it may need, so it never polls.
 fn cpus_to_spare(cpus: usize) -> bool {
     let faulting = FAULTING.load(Ordering::Relaxed);
