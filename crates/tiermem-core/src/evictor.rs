@@ -283,10 +283,8 @@ impl<'a> Evictor<'a> {
             return None;
         };
         // SAFETY: the page is resident and write-protected, and we own it, so
-        // it is readable and stable; the frame is ours and page-sized.
-        unsafe {
-            std::ptr::copy_nonoverlapping(addr as *const u8, rt.frames.ptr(frame), rt.page_size)
-        };
+        // it is readable and stable for a page; the frame is ours.
+        unsafe { rt.frames.fill(frame, addr as *const u8) };
         Some(Demoted {
             page,
             state,

@@ -54,6 +54,22 @@ impl FramePool {
             .push(frame);
     }
 
+    /// Copies a page into `frame` with non-temporal stores, which skip
+    /// reading the frame's cache lines first: the evictor fills a frame per
+    /// page it demotes, mostly for the frame to be dropped or written out
+    /// by the device, not read by a CPU. The stores are fenced, so the copy
+    /// is complete for any thread that sees the frame published afterwards.
+    ///
+    /// # Safety
+    /// `src` must be readable for a frame's size and not change meanwhile,
+    /// and `frame` must be the caller's.
+    pub unsafe fn fill(&self, frame: FrameNo, src: *const u8) {
+        let dst = self.ptr(frame);
+        // SAFETY: the caller's guarantees on `src` and `frame`; `dst` is a
+        // whole frame inside the mapping.
+        unsafe { copy_streaming(src, dst, self.frame_size) }
+    }
+
     pub fn ptr(&self, frame: FrameNo) -> *mut u8 {
         assert!(frame < self.capacity);
         // SAFETY: `frame < capacity`, so the offset stays inside the mapping.
@@ -74,5 +90,50 @@ impl FramePool {
     /// Bytes of frames ever touched (the pool's DRAM high-water mark).
     pub fn touched_bytes(&self) -> u64 {
         *self.high_water.lock().unwrap_or_else(|p| p.into_inner()) as u64 * self.frame_size as u64
+    }
+}
+
+/// `len` bytes from `src` to `dst` with non-temporal stores, then a store
+/// fence. `dst` must be 16-byte aligned and `len` a multiple of 16 (frames
+/// are page-aligned and page-sized).
+///
+/// # Safety
+/// `src` readable and `dst` writable for `len` bytes, not overlapping.
+#[cfg(target_arch = "x86_64")]
+unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    debug_assert!((dst as usize).is_multiple_of(16) && len.is_multiple_of(16));
+    for i in (0..len).step_by(16) {
+        // SAFETY: both ranges are valid for `len` bytes (the caller); SSE2
+        // is part of x86_64; `dst + i` is 16-byte aligned.
+        unsafe {
+            let chunk = _mm_loadu_si128(src.add(i) as *const __m128i);
+            _mm_stream_si128(dst.add(i) as *mut __m128i, chunk);
+        }
+    }
+    // SAFETY: a store fence has no preconditions.
+    unsafe { _mm_sfence() };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the caller's guarantees.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filled_frame_holds_the_page() {
+        let pool = FramePool::new(4, 4096).expect("frames");
+        let page: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        let frame = pool.alloc().expect("a frame");
+        // SAFETY: `page` is 4096 readable bytes; the frame is ours.
+        unsafe { pool.fill(frame, page.as_ptr()) };
+        // SAFETY: the frame is 4096 bytes, filled above.
+        let copied = unsafe { std::slice::from_raw_parts(pool.ptr(frame), 4096) };
+        assert_eq!(copied, &page[..]);
     }
 }
