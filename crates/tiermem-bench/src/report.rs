@@ -49,6 +49,7 @@ fn baseline(results: &[ModeResult], mode: Mode) -> Option<&ModeResult> {
 pub fn render_table(results: &[ModeResult], device: Option<&DeviceRef>) -> String {
     let mut table = Table::new(results.iter().map(|result| result.mode.name().to_string()));
     add_throughput_rows(&mut table, results);
+    add_bandwidth_rows(&mut table, results, device);
     add_hit_ratio_rows(&mut table, results);
     add_latency_rows(&mut table, results);
     add_slow_access_rows(&mut table, results, device);
@@ -90,6 +91,31 @@ fn add_throughput_rows(table: &mut Table, results: &[ModeResult]) {
                 human_count(result.reads as f64),
                 human_count(result.writes as f64)
             )
+        })
+    });
+}
+
+/// Throughput in bytes, and as a share of the device's sequential read
+/// bandwidth where it is known: the limit a scan is judged against.
+fn add_bandwidth_rows(table: &mut Table, results: &[ModeResult], device: Option<&DeviceRef>) {
+    if !results.iter().any(|result| result.mb_per_sec().is_some()) {
+        return;
+    }
+    table.add_row("MB/s", results, |result| {
+        ran(result, |result| {
+            result
+                .mb_per_sec()
+                .map_or(MISSING.to_string(), |mb_s| format!("{mb_s:.0}"))
+        })
+    });
+    let Some(device_mb_s) = device.and_then(|device| device.seq_read_mb_s) else {
+        return;
+    };
+    table.add_row("of dev seq read", results, |result| {
+        ran(result, |result| {
+            result.mb_per_sec().map_or(MISSING.to_string(), |mb_s| {
+                format!("{:.0}%", 100.0 * mb_s / device_mb_s)
+            })
         })
     });
 }
@@ -570,6 +596,7 @@ mod tests {
             writes: 3_000,
             elapsed_s: 10_000.0 / pages_per_sec,
             pages_per_sec,
+            page_size: 4096,
             latency,
             slow_threshold_ns: SLOW_NS,
             verify: VerifyReport {
@@ -755,6 +782,26 @@ mod tests {
     }
 
     #[test]
+    fn bandwidth_is_shown_in_bytes_and_against_the_device() {
+        let results = three_modes();
+        let table = render_table(&results, None);
+        let expected = results[1].pages_per_sec * 4096.0 / 1e6;
+        assert!(
+            row(&table, "MB/s").contains(&format!("{expected:.0}")),
+            "{table}"
+        );
+        assert!(!table.contains("of dev seq read"), "{table}");
+
+        let device = DeviceRef {
+            qd1_read_latency_us: None,
+            seq_read_mb_s: Some(expected * 2.0),
+            source: String::new(),
+        };
+        let table = render_table(&results, Some(&device));
+        assert!(row(&table, "of dev seq read").contains("50%"), "{table}");
+    }
+
+    #[test]
     fn device_reference_adds_overhead_row() {
         let device = DeviceRef {
             qd1_read_latency_us: Some(12.0),
@@ -766,6 +813,7 @@ mod tests {
         assert!(overhead.contains("+38."), "{table}");
         assert!(table.contains("QD1 4k read 12.0us"), "{table}");
         assert!(table.contains("2100 MB/s"), "{table}");
+        assert!(table.contains("sequential read 2100 MB/s"), "{table}");
         assert!(table.contains("fio on /dev/nvme0n1"), "{table}");
 
         let no_latency = DeviceRef {

@@ -58,6 +58,13 @@ pub struct VerifyReport {
     pub first_bad_page: Option<u64>,
 }
 
+impl ModeResult {
+    /// Throughput in MB/s (10^6 bytes), if the page size is known.
+    pub fn mb_per_sec(&self) -> Option<f64> {
+        (self.page_size > 0).then(|| self.pages_per_sec * self.page_size as f64 / 1e6)
+    }
+}
+
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
         self.lost == 0 && self.corrupted == 0
@@ -76,6 +83,10 @@ pub struct ModeResult {
     pub elapsed_s: f64,
     /// accesses / elapsed_s. Each access touches one page, as in pmbench.
     pub pages_per_sec: f64,
+    /// Size of those pages, to turn pages/s into bytes/s; 0 if unknown
+    /// (a skipped mode, or a result saved before this field existed).
+    #[serde(default)]
+    pub page_size: u64,
     /// Latency of every measured access, nanoseconds.
     pub latency: LatencyHistogram,
     /// Accesses at or above this latency count as "slow" (a fault, a miss).

@@ -49,6 +49,7 @@ pub fn skipped(mode: Mode, why: String) -> ModeResult {
         writes: 0,
         elapsed_s: 0.0,
         pages_per_sec: 0.0,
+        page_size: 0,
         latency: Default::default(),
         slow_threshold_ns: crate::worker::SLOW_THRESHOLD_NS,
         verify: VerifyReport::default(),

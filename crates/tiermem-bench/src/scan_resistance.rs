@@ -187,6 +187,7 @@ pub(crate) fn run(
         writes: 0,
         elapsed_s: elapsed.as_secs_f64(),
         pages_per_sec: accesses as f64 / elapsed.as_secs_f64().max(1e-9),
+        page_size: spec.page_size,
         latency,
         slow_threshold_ns: SLOW_THRESHOLD_NS,
         verify,

@@ -43,9 +43,17 @@ const DEFAULT_WORKING_SET: &str = "1G";
 ///                    one pass after it. Run it once per --policy to compare
 ///                    tiermem's policies with each other and with kernel swap.
 ///
-/// The report gives pages/s, ratios between modes, the hit ratio, latency
-/// percentiles, the latency of slow accesses (faults, "misses"), and a log2
-/// histogram with 16 sub-bins per power of two as pmbench prints.
+/// The report gives pages/s, ratios between modes, MB/s, the hit ratio,
+/// latency percentiles, the latency of slow accesses (faults, "misses"), and
+/// a log2 histogram with 16 sub-bins per power of two as pmbench prints.
+///
+/// The device is measured at the start of the run, in the backing store's
+/// directory (else /var/tmp), unless --no-device-check: its QD1 4 KiB read
+/// latency, which the miss latency is compared with ("slow p50 - dev QD1
+/// read"), and, for --pattern sequential, its sequential read bandwidth as
+/// `tiermem device` measures it (1 MiB reads, 4 in flight, 2 s over a 1 GiB
+/// private file), which the scan is compared with ("of dev seq read"). A
+/// noisy device is so compared with itself, within the same run.
 ///
 /// The hit ratio is 1 - misses / accesses over the measured phase only (not
 /// stamping, warm-up or verification), with misses counted by each system
@@ -124,7 +132,9 @@ pub struct BenchArgs {
     /// Comma-separated modes (default: all available).
     #[arg(long, value_delimiter = ',')]
     modes: Vec<Mode>,
-    /// Skip the quick QD1 read-latency measurement of the backing device.
+    /// Skip the quick measurement of the backing device: its QD1 4 KiB read
+    /// latency (every run) and, for --pattern sequential, its sequential
+    /// read bandwidth.
     #[arg(long)]
     no_device_check: bool,
     /// Also print each mode's latency histogram.
@@ -252,18 +262,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     let device = if args.no_device_check {
         None
     } else {
-        let dir = if plan.tiermem.backing.is_dir() {
-            plan.tiermem.backing.clone()
-        } else {
-            PathBuf::from("/var/tmp")
-        };
-        match tiermem_bench::device_ref::measure_qd1_read(&dir, Duration::from_secs(2)) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                eprintln!("tiermem bench: device check skipped: {e:#}");
-                None
-            }
-        }
+        check_device(&plan)
     };
     let bar = progress_bar(!args.json && std::io::stdout().is_terminal());
     let results = run_plan(&plan, &mut |mode, phase, done| {
@@ -282,6 +281,100 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
         print_human(&plan, &results, device.as_ref(), args.histograms);
     }
     Ok(if clean { 0 } else { 3 })
+}
+
+/// The device reference of this run: the QD1 read latency, and for a
+/// sequential pattern the sequential read bandwidth, both measured now, in
+/// the backing store's directory (or /var/tmp), so that a noisy device is
+/// compared with itself. A failed measurement is reported and left out.
+fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
+    let dir = if plan.tiermem.backing.is_dir() {
+        plan.tiermem.backing.clone()
+    } else {
+        PathBuf::from("/var/tmp")
+    };
+    let mut device = match tiermem_bench::device_ref::measure_qd1_read(&dir, Duration::from_secs(2))
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("tiermem bench: device check skipped: {e:#}");
+            return None;
+        }
+    };
+    let saved = tiermem_device::cached_for(&dir);
+    if is_sequential(&plan.workload) {
+        match measure_seq_read(&dir) {
+            Ok((mb_s, how)) => {
+                device.seq_read_mb_s = Some(mb_s);
+                device.source = format!("{}; {how}", device.source);
+            }
+            Err(e) => {
+                eprintln!("tiermem bench: sequential device check failed: {e:#}");
+                device.seq_read_mb_s = saved.as_ref().and_then(|r| r.seq_read_mb_s());
+            }
+        }
+    }
+    if let Some(saved) = &saved {
+        device.source = format!("{}; {}", device.source, describe_saved(saved));
+    }
+    Some(device)
+}
+
+/// The figures of the saved `tiermem device` report, for comparison with
+/// this run's (a device that got slower since shows here).
+fn describe_saved(saved: &tiermem_device::DeviceReport) -> String {
+    let age_h = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |now| {
+            now.as_secs().saturating_sub(saved.created_unix_s) as f64 / 3600.0
+        });
+    let mut figures = Vec::new();
+    if let Some(us) = saved.qd1_read_latency_us() {
+        figures.push(format!("QD1 4k read {us:.1}us"));
+    }
+    if let Some(mb_s) = saved.seq_read_mb_s() {
+        figures.push(format!("sequential read {mb_s:.0} MB/s"));
+    }
+    format!(
+        "`tiermem device` report saved {age_h:.1} h ago: {}",
+        figures.join(", ")
+    )
+}
+
+fn is_sequential(spec: &WorkloadSpec) -> bool {
+    spec.workload == Workload::Pattern
+        && matches!(
+            spec.pattern.parse::<tiermem_bench::pattern::Pattern>(),
+            Ok(tiermem_bench::pattern::Pattern::Sequential)
+        )
+}
+
+/// Sizes of the sequential check: the defaults of `tiermem device` (1 MiB
+/// reads, 4 in flight, a 1 GiB file: smaller files were served faster,
+/// apparently from a cache below the guest), for 2 s.
+const SEQ_CHECK_FILE_BYTES: u64 = 1 << 30;
+const SEQ_CHECK_SECONDS: u64 = 2;
+
+/// The device's sequential read bandwidth as `tiermem device` measures it,
+/// io_uring first, psync where io_uring is refused. Returns MB/s and how.
+fn measure_seq_read(dir: &std::path::Path) -> anyhow::Result<(f64, String)> {
+    use tiermem_device::{DeviceConfig, Engine};
+    let cfg = DeviceConfig {
+        file_size: SEQ_CHECK_FILE_BYTES,
+        duration_per_job: Duration::from_secs(SEQ_CHECK_SECONDS),
+        engines: vec![Engine::IoUring, Engine::Psync],
+        ..DeviceConfig::new(dir)
+    };
+    let job = tiermem_device::measure_seq_read(&cfg)?;
+    let how = format!(
+        "sequential: {} {} KiB reads, QD{}, for {} s over a {} MiB file",
+        job.engine,
+        job.block_size >> 10,
+        job.qd,
+        SEQ_CHECK_SECONDS,
+        SEQ_CHECK_FILE_BYTES >> 20
+    );
+    Ok((job.mb_s, how))
 }
 
 fn progress_bar(show: bool) -> Option<ProgressBar> {
@@ -362,12 +455,15 @@ fn faults_note(plan: &BenchPlan) -> &'static str {
 
 /// The per-mode JSON summary: speed, latency, hit ratios and the raw
 /// counts behind them.
-fn json_summary(r: &ModeResult) -> serde_json::Value {
+fn json_summary(r: &ModeResult, device: Option<&DeviceRef>) -> serde_json::Value {
     let hit = r.hit_ratio.as_ref();
     let scan = r.scan_resistance.as_ref();
+    let device_seq = device.and_then(|d| d.seq_read_mb_s);
     serde_json::json!({
         "mode": r.mode.name(),
         "pages_per_sec": r.pages_per_sec,
+        "mb_per_sec": r.mb_per_sec(),
+        "of_device_seq_read": r.mb_per_sec().zip(device_seq).map(|(mb_s, dev)| mb_s / dev),
         "hit_ratio": hit.map(|h| h.ratio),
         "hit_ratio_read_ahead_as_miss": hit.and_then(|h| h.ratio_read_ahead_as_miss),
         "misses": hit.map(|h| h.misses),
@@ -411,7 +507,7 @@ fn print_json(
         .into_iter()
         .map(|(k, v)| (k, v.into()))
         .collect();
-    let summary: Vec<serde_json::Value> = results.iter().map(json_summary).collect();
+    let summary: Vec<serde_json::Value> = results.iter().map(|r| json_summary(r, device)).collect();
     let out = serde_json::json!({
         "workload": plan.workload,
         "budget_bytes": plan.tiermem.dram_budget,
@@ -419,6 +515,8 @@ fn print_json(
         "faults": plan.tiermem.faults.name(),
         "backing": plan.tiermem.backing,
         "device_qd1_read_us": device.and_then(|d| d.qd1_read_latency_us),
+        "device_seq_read_mb_s": device.and_then(|d| d.seq_read_mb_s),
+        "device_source": device.map(|d| d.source.as_str()),
         "idle_wait": idle_wait_json(&IdleWait::read()),
         "cpus": plan.cpus.as_ref().map(|p| serde_json::json!({
             "list": p.cpus,

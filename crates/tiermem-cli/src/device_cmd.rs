@@ -63,8 +63,10 @@ as memory.
 Unless --no-cache, the report is saved to
 $XDG_CACHE_HOME/tiermem/device-<major>-<minor>.json (default
 ~/.cache/tiermem/), keyed by the device number of the filesystem holding
-PATH; `tiermem bench` reads it to show results as a percentage of the
-device limit.";
+PATH. `tiermem bench` quotes it beside its own measurement of the device,
+made at the start of each run (QD1 read latency; sequential read bandwidth
+for a scan, with this command's sequential job), against which it gives
+the miss latency and the scan's share of the device limit.";
 
 const EXAMPLES: &str = "\
 Examples:

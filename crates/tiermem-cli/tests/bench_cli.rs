@@ -151,6 +151,52 @@ fn cpus_places_every_mode_and_is_reported() {
     }
 }
 
+/// A scan is judged against the device's sequential read bandwidth, so the
+/// bench measures it in the same run and reports the scan's share of it; a
+/// report saved by `tiermem device` is quoted beside it.
+#[test]
+fn a_scan_is_compared_with_the_device_measured_in_the_same_run() {
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let saved = tiermem()
+        .args(["device", "/var/tmp", "--quick", "--engines", "psync"])
+        .env("XDG_CACHE_HOME", cache.path())
+        .output()
+        .unwrap();
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+    let out = tiermem()
+        .env("XDG_CACHE_HOME", cache.path())
+        .args(["bench", "--working-set", "64M", "--dram", "16M"])
+        .args(["--duration", "0.5", "--warmup", "0", "--modes", "tiermem"])
+        .args(["--pattern", "sequential", "--read-ratio", "100", "--json"])
+        .output()
+        .unwrap();
+    let (json, stdout) = successful_json(&out);
+    let device_mb_s = json["device_seq_read_mb_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no sequential device figure: {stdout}"));
+    assert!(device_mb_s > 0.0, "{stdout}");
+    let source = json["device_source"].as_str().unwrap_or_default();
+    assert!(source.contains("sequential: "), "{source}");
+    assert!(
+        source.contains("`tiermem device` report saved 0.0 h ago: QD1 4k read "),
+        "{source}"
+    );
+    let summary = &json["summary"][0];
+    let pages_per_sec = summary["pages_per_sec"].as_f64().unwrap();
+    let mb_s = summary["mb_per_sec"].as_f64().expect("MB/s of the scan");
+    assert!(
+        (mb_s - pages_per_sec * 4096.0 / 1e6).abs() < 1e-6 * mb_s.max(1.0),
+        "{summary}"
+    );
+    let share = summary["of_device_seq_read"].as_f64().expect("the share");
+    assert!((share - mb_s / device_mb_s).abs() < 1e-9, "{summary}");
+    assert_eq!(json["results"][0]["verify"]["lost"].as_u64(), Some(0));
+}
+
 #[test]
 fn signal_fault_delivery_runs_verifies_and_is_reported() {
     let out = tiermem()

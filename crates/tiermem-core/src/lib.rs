@@ -26,6 +26,7 @@ mod frames;
 pub mod global;
 pub mod io_config;
 pub mod organization;
+mod owner_waits;
 mod page_table;
 mod pause;
 mod policy;

@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::error::Result;
+use crate::owner_waits::OwnerWaits;
 use crate::sys::mem::Mapping;
 
 /// Where a page's content is.
@@ -48,6 +49,12 @@ pub struct PageState(u64);
 
 impl PageState {
     pub const FREE: PageState = PageState(0);
+
+    /// Loading or evicting: a thread owns the page until it calls
+    /// [`PageTable::finish`].
+    pub fn is_owned(self) -> bool {
+        matches!(self.kind(), Kind::Loading | Kind::Evicting)
+    }
 
     pub fn kind(self) -> Kind {
         match self.0 & KIND_MASK {
@@ -154,6 +161,10 @@ pub struct PageTable {
     frames: Mapping,
     heat: Mapping,
     pages: u64,
+    /// Only under signal delivery do threads wait for a page's owner here
+    /// (handler threads wait in the kernel); elsewhere releasing a page
+    /// stays a bare CAS.
+    owner_waits: Option<OwnerWaits>,
 }
 
 impl PageTable {
@@ -165,6 +176,16 @@ impl PageTable {
             frames: Mapping::reserve(n * 4, "reserving the probation frame table")?,
             heat: Mapping::reserve(n, "reserving the page heat table")?,
             pages,
+            owner_waits: None,
+        })
+    }
+
+    /// A table whose busy pages can be waited for with
+    /// [`Self::sleep_while_owned`] (signal delivery).
+    pub fn with_owner_waits(pages: u64) -> Result<PageTable> {
+        Ok(PageTable {
+            owner_waits: Some(OwnerWaits::default()),
+            ..PageTable::new(pages)?
         })
     }
 
@@ -193,8 +214,22 @@ impl PageTable {
     /// Publishes the new state of a page the caller owns (`Loading` or
     /// `Evicting`). The `QUEUED` bit belongs to the policy's queue, which may
     /// flip it concurrently, so it is carried over rather than overwritten.
+    /// Threads sleeping in [`Self::sleep_while_owned`] are woken.
     pub fn finish(&self, page: PageNo, new: PageState) {
         self.update(page, |cur| new.with_queued(cur.is_queued()));
+        if let Some(waits) = &self.owner_waits {
+            waits.released();
+        }
+    }
+
+    /// Sleeps until `page` is no longer owned (`Loading`, `Evicting`), or
+    /// for at most `timeout`; may return early, so callers re-check. In a
+    /// table made without owner waits it only yields.
+    pub fn sleep_while_owned(&self, page: PageNo, timeout: std::time::Duration) {
+        match &self.owner_waits {
+            Some(waits) => waits.sleep_while(|| self.load(page).is_owned(), timeout),
+            None => std::thread::yield_now(),
+        }
     }
 
     /// Sets or clears flag bits with a CAS loop, whatever the kind.
@@ -295,5 +330,28 @@ mod tests {
         assert!(!t.transition(5, zero, loading), "second owner must lose");
         assert_eq!(t.load(5).kind(), Kind::Loading);
         assert_eq!(t.load(6), PageState::FREE);
+    }
+
+    #[test]
+    fn finishing_a_page_wakes_whoever_sleeps_on_its_owner() {
+        use std::time::{Duration, Instant};
+        let t = std::sync::Arc::new(PageTable::with_owner_waits(16).unwrap());
+        let loading = PageState::FREE.with_kind(Kind::Loading);
+        assert!(t.transition(3, PageState::FREE, loading));
+        let sleeper = {
+            let t = std::sync::Arc::clone(&t);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                while t.load(3).is_owned() {
+                    t.sleep_while_owned(3, Duration::from_secs(10));
+                }
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        t.finish(3, PageState::FREE.with_kind(Kind::Resident));
+        let slept = sleeper.join().expect("the sleeper");
+        assert!(slept < Duration::from_secs(5), "slept {slept:?}");
+        assert!(!t.load(3).is_owned());
     }
 }

@@ -340,7 +340,11 @@ impl Runtime {
         Ok(Shared {
             page_size,
             base_page: base_page_size(),
-            table: PageTable::new(arena_pages)?,
+            table: if signals {
+                PageTable::with_owner_waits(arena_pages)?
+            } else {
+                PageTable::new(arena_pages)?
+            },
             slots: Replaceable::new(Box::new(SlotAllocator::new(capacity))),
             policy: new_policy(config.policy),
             budget: Budget::new(budget_pages),

@@ -7,8 +7,9 @@
 //! over several submission engines — `psync`, `io_uring`, `io_uring` with a
 //! submission-polling kernel thread (SQPOLL), with completion polling
 //! (IOPOLL) and with hybrid polling — and records IOPS, bandwidth, latency
-//! percentiles and CPU cost of each. `tiermem bench` later reads the cached
-//! result to print "% of device limit".
+//! percentiles and CPU cost of each. `tiermem bench` runs the sequential
+//! read job alone ([`measure_seq_read`]) beside a scan to print its "% of
+//! device limit", and quotes the cached report.
 //!
 //! Entry points: [`run`] with a [`DeviceConfig`], giving a [`DeviceReport`];
 //! [`cache_path_for`] / [`cached_for`] to find a saved report for the
@@ -30,6 +31,6 @@ pub use config::{parse_engines, DeviceConfig, Engine};
 pub use identity::{kernel_version, DeviceIdentity};
 pub use job::Pattern;
 pub use report::{DeviceReport, JobResult, REPORT_SCHEMA};
-pub use run::{run, Progress};
+pub use run::{measure_seq_read, run, Progress};
 pub use stats::LatencySummary;
 pub use target::{IoMode, TargetKind};

@@ -7,10 +7,10 @@ use anyhow::{bail, Context, Result};
 
 use crate::config::{DeviceConfig, Engine};
 use crate::engine::{self, JobFailure, Measured};
-use crate::identity::{identify, kernel_version};
-use crate::job::{fill_job, plan_jobs, JobSpec};
+use crate::identity::{identify, kernel_version, DeviceIdentity};
+use crate::job::{fill_job, plan_jobs, JobLimit, JobSpec, Pattern};
 use crate::report::{DeviceReport, JobResult, REPORT_SCHEMA};
-use crate::target::{classify, open_target, TargetKind};
+use crate::target::{classify, open_target, Target, TargetKind};
 
 /// Where a run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,25 +32,12 @@ pub struct Progress {
 /// are reported with an `error` instead of failing the run; setting up the
 /// target or filling the test file failing is an error.
 pub fn run(cfg: &DeviceConfig, progress: &mut dyn FnMut(Progress)) -> Result<DeviceReport> {
-    cfg.validate()?;
-    let kind = classify(&cfg.path)?;
-    let device = identify(&cfg.path, kind == TargetKind::BlockDevice)
-        .with_context(|| format!("identifying the device of {}", cfg.path.display()))?;
-    let target = open_target(
-        cfg,
-        device.fs_type.as_deref(),
-        device.block_device.as_deref(),
-    )?;
+    let (device, target) = open_measured(cfg)?;
     let mut notes = target.notes.clone();
 
     let mut jobs: Vec<JobSpec> = Vec::new();
     if target.needs_fill {
-        let engine = if cfg.engines.contains(&Engine::IoUring) {
-            Engine::IoUring
-        } else {
-            Engine::Psync
-        };
-        jobs.push(fill_job(cfg, engine));
+        jobs.push(fill_job(cfg, fill_engine(cfg)));
     }
     jobs.extend(plan_jobs(cfg, target.writable, target.needs_fill));
 
@@ -68,26 +55,13 @@ pub fn run(cfg: &DeviceConfig, progress: &mut dyn FnMut(Progress)) -> Result<Dev
             })
         };
         report(0.0);
-        let mut outcome = engine::run_job(&target, spec, cfg.sqpoll_idle_ms, &mut report);
-        let mut spec = spec.clone();
-        if spec.fill {
-            if let (Err(e), true) = (&outcome, spec.engine != Engine::Psync) {
-                notes.push(format!(
-                    "the {} fill failed ({}); filled with psync instead",
-                    spec.engine,
-                    e.message()
-                ));
-                spec.engine = Engine::Psync;
-                outcome = engine::run_job(&target, &spec, cfg.sqpoll_idle_ms, &mut report);
-            }
-            if let Err(e) = &outcome {
-                bail!(
-                    "filling the test file in {} failed: {}",
-                    cfg.path.display(),
-                    e.message()
-                );
-            }
-        }
+        let (spec, outcome) = if spec.fill {
+            let (spec, measured) = fill(cfg, &target, spec, &mut notes, &mut report)?;
+            (spec, Ok(measured))
+        } else {
+            let outcome = engine::run_job(&target, spec, cfg.sqpoll_idle_ms, &mut report);
+            (spec.clone(), outcome)
+        };
         report(1.0);
         results.push(job_result(&spec, outcome));
     }
@@ -112,6 +86,98 @@ pub fn run(cfg: &DeviceConfig, progress: &mut dyn FnMut(Progress)) -> Result<Dev
         jobs: results,
         notes,
     })
+}
+
+/// The device's sequential read bandwidth alone, measured as [`run`]
+/// measures it (its sequential read job, after the fill of a private test
+/// file in a directory), on the first engine of `cfg.engines` that works
+/// here. `tiermem bench` runs it beside a scan, so that the scan is
+/// compared with the device as it is during the same run.
+pub fn measure_seq_read(cfg: &DeviceConfig) -> Result<JobResult> {
+    let (_, target) = open_measured(cfg)?;
+    if target.needs_fill {
+        let spec = fill_job(cfg, fill_engine(cfg));
+        fill(cfg, &target, &spec, &mut Vec::new(), &mut |_| {})?;
+    }
+    let mut failures = Vec::new();
+    for &engine in &cfg.engines {
+        let spec = JobSpec {
+            engine,
+            pattern: Pattern::SeqRead,
+            block_size: cfg.seq_block_size,
+            qd: cfg.seq_qd,
+            limit: JobLimit::Time(cfg.duration_per_job),
+            fill: false,
+        };
+        let result = job_result(
+            &spec,
+            engine::run_job(&target, &spec, cfg.sqpoll_idle_ms, &mut |_| {}),
+        );
+        match &result.error {
+            None => return Ok(result),
+            Some(e) => failures.push(format!("{engine}: {e}")),
+        }
+    }
+    bail!(
+        "no engine could read {} sequentially ({})",
+        cfg.path.display(),
+        failures.join("; ")
+    )
+}
+
+/// Checks `cfg`, identifies the device behind its path and opens the
+/// target (a private test file in a directory, not yet filled).
+fn open_measured(cfg: &DeviceConfig) -> Result<(DeviceIdentity, Target)> {
+    cfg.validate()?;
+    let kind = classify(&cfg.path)?;
+    let device = identify(&cfg.path, kind == TargetKind::BlockDevice)
+        .with_context(|| format!("identifying the device of {}", cfg.path.display()))?;
+    let target = open_target(
+        cfg,
+        device.fs_type.as_deref(),
+        device.block_device.as_deref(),
+    )?;
+    Ok((device, target))
+}
+
+/// io_uring fills a new test file where it is among the engines measured.
+fn fill_engine(cfg: &DeviceConfig) -> Engine {
+    if cfg.engines.contains(&Engine::IoUring) {
+        Engine::IoUring
+    } else {
+        Engine::Psync
+    }
+}
+
+/// Runs the fill job `spec`, falling back to psync (with a note) if its
+/// engine fails. Returns the job as run. Without a filled file there is
+/// nothing to measure, so failing here fails the measurement.
+fn fill(
+    cfg: &DeviceConfig,
+    target: &Target,
+    spec: &JobSpec,
+    notes: &mut Vec<String>,
+    report: &mut dyn FnMut(f64),
+) -> Result<(JobSpec, Measured)> {
+    let mut spec = spec.clone();
+    let mut outcome = engine::run_job(target, &spec, cfg.sqpoll_idle_ms, report);
+    if let (Err(e), true) = (&outcome, spec.engine != Engine::Psync) {
+        notes.push(format!(
+            "the {} fill failed ({}); filled with psync instead",
+            spec.engine,
+            e.message()
+        ));
+        spec.engine = Engine::Psync;
+        outcome = engine::run_job(target, &spec, cfg.sqpoll_idle_ms, report);
+    }
+    match outcome {
+        Ok(measured) => Ok((spec, measured)),
+        Err(e) => bail!(
+            "filling the test file in {} failed: {}",
+            cfg.path.display(),
+            e.message()
+        ),
+    }
 }
 
 fn job_result(spec: &JobSpec, outcome: Result<Measured, JobFailure>) -> JobResult {

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use tiermem_device::{
-    run, DeviceConfig, DeviceReport, Engine, IoMode, Pattern, Progress, TargetKind,
+    measure_seq_read, run, DeviceConfig, DeviceReport, Engine, IoMode, Pattern, Progress,
+    TargetKind,
 };
 
 fn quick(dir: &Path, engines: &[Engine]) -> DeviceConfig {
@@ -22,6 +23,40 @@ fn run_collecting(cfg: &DeviceConfig) -> (DeviceReport, Vec<Progress>) {
 
 fn entries(dir: &Path) -> usize {
     std::fs::read_dir(dir).expect("read_dir").count()
+}
+
+/// The sequential read alone (what `tiermem bench` measures beside a scan):
+/// one job on the first engine listed, in a private file that leaves
+/// nothing behind.
+#[test]
+fn the_sequential_read_alone_runs_on_the_first_engine() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir in /var/tmp");
+    for engine in [Engine::Psync, Engine::IoUring] {
+        let mut cfg = quick(dir.path(), &[engine, Engine::Psync]);
+        cfg.duration_per_job = Duration::from_millis(300);
+        let job = measure_seq_read(&cfg).expect("sequential read");
+        assert_eq!(job.engine, engine);
+        assert_eq!(job.pattern, Pattern::SeqRead);
+        assert_eq!((job.block_size, job.qd), (1 << 20, 4));
+        assert!(
+            job.error.is_none() && job.ops > 0 && job.mb_s > 0.0,
+            "{job:?}"
+        );
+    }
+    assert_eq!(entries(dir.path()), 0, "the test file was left behind");
+}
+
+#[test]
+fn sequential_read_of_a_missing_path_is_a_clear_error() {
+    let cfg = quick(
+        Path::new("/var/tmp/no-such-dir-for-tiermem"),
+        &[Engine::Psync],
+    );
+    let err = measure_seq_read(&cfg).expect_err("a missing path");
+    assert!(
+        format!("{err:#}").contains("no-such-dir-for-tiermem"),
+        "{err:#}"
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! talks to the kernel lives here, so the rest of the crate reads as policy.
 
 pub mod device;
+pub mod futex;
 pub mod mem;
 pub mod raw;
 pub mod signal;

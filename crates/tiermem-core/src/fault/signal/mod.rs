@@ -48,7 +48,7 @@ use super::{
     is_parked_read_ahead, prefetch_used, resolve_fault, Missing, PageRead,
 };
 use crate::error::{Error, Result};
-use crate::page_table::{Kind, PageNo};
+use crate::page_table::PageNo;
 use crate::runtime::Shared;
 use crate::sys::now_ns;
 use crate::sys::signal::{install_bus_handler, BusFault};
@@ -62,6 +62,15 @@ use slots::Claimed;
 /// sleeping thread still pays its wake-up (BENCHMARKS.md, "Issue #4,
 /// eighth pass"). Other threads still get the CPU: see [`cpus_to_spare`].
 const POLL_NS: u64 = 1_000_000;
+
+/// How long a thread waiting for another thread's page spins before it
+/// sleeps (see `owner_waits`): about what an install or a batch of
+/// write-protections takes, so a short wait stays a spin.
+const BUSY_SPIN_NS: u64 = 20_000;
+/// The longest single sleep of that wait: the bound on a missed wake-up.
+const BUSY_SLEEP: std::time::Duration = std::time::Duration::from_micros(500);
+/// After this long the access is retried (faulting again if need be).
+const BUSY_LIMIT_NS: u64 = 5_000_000;
 
 /// Runtimes with signal delivery that one process may hold at once.
 const MAX_RUNTIMES: usize = 64;
@@ -198,12 +207,15 @@ fn resolve(rt: &Shared, bus: &BusFault) {
 /// that owns the page (reading it in or writing it out) is done with it,
 /// for at most a few milliseconds; then the access runs again.
 fn wait_while_busy(rt: &Shared, page: PageNo) {
-    const LIMIT_NS: u64 = 5_000_000;
-    let until = now_ns() + LIMIT_NS;
+    let started = now_ns();
     loop {
-        backoff();
-        let busy = matches!(rt.table.load(page).kind(), Kind::Loading | Kind::Evicting);
-        if !busy || now_ns() > until {
+        let waited = now_ns().saturating_sub(started);
+        if waited < BUSY_SPIN_NS {
+            backoff();
+        } else {
+            rt.table.sleep_while_owned(page, BUSY_SLEEP);
+        }
+        if !rt.table.load(page).is_owned() || waited > BUSY_LIMIT_NS {
             return;
         }
     }
