@@ -111,11 +111,13 @@ fn add_bandwidth_rows(table: &mut Table, results: &[ModeResult], device: Option<
     let Some(device_mb_s) = device.and_then(|device| device.seq_read_mb_s) else {
         return;
     };
+    // DRAM never reads the device: a share would mean nothing there.
     table.add_row("of dev seq read", results, |result| {
-        ran(result, |result| {
-            result.mb_per_sec().map_or(MISSING.to_string(), |mb_s| {
+        ran(result, |result| match result.mb_per_sec() {
+            Some(mb_s) if result.mode != Mode::Dram => {
                 format!("{:.0}%", 100.0 * mb_s / device_mb_s)
-            })
+            }
+            _ => MISSING.to_string(),
         })
     });
 }
@@ -798,7 +800,9 @@ mod tests {
             source: String::new(),
         };
         let table = render_table(&results, Some(&device));
-        assert!(row(&table, "of dev seq read").contains("50%"), "{table}");
+        let share = row(&table, "of dev seq read");
+        assert!(share.contains("50%"), "{table}");
+        assert!(!share.contains("70%"), "a share for dram: {table}");
     }
 
     #[test]

@@ -52,8 +52,9 @@ const DEFAULT_WORKING_SET: &str = "1G";
 /// latency, which the miss latency is compared with ("slow p50 - dev QD1
 /// read"), and, for --pattern sequential, its sequential read bandwidth as
 /// `tiermem device` measures it (1 MiB reads, 4 in flight, 2 s over a 1 GiB
-/// private file), which the scan is compared with ("of dev seq read"). A
-/// noisy device is so compared with itself, within the same run.
+/// private file, written first: a few seconds and 1 GiB of free space),
+/// which the scan is compared with ("of dev seq read"). A noisy device is
+/// so compared with itself, within the same run.
 ///
 /// The hit ratio is 1 - misses / accesses over the measured phase only (not
 /// stamping, warm-up or verification), with misses counted by each system
@@ -288,11 +289,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
 /// the backing store's directory (or /var/tmp), so that a noisy device is
 /// compared with itself. A failed measurement is reported and left out.
 fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
-    let dir = if plan.tiermem.backing.is_dir() {
-        plan.tiermem.backing.clone()
-    } else {
-        PathBuf::from("/var/tmp")
-    };
+    let dir = device_check_dir(&plan.tiermem.backing);
     let mut device = match tiermem_bench::device_ref::measure_qd1_read(&dir, Duration::from_secs(2))
     {
         Ok(d) => d,
@@ -311,6 +308,13 @@ fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
             Err(e) => {
                 eprintln!("tiermem bench: sequential device check failed: {e:#}");
                 device.seq_read_mb_s = saved.as_ref().and_then(|r| r.seq_read_mb_s());
+                if device.seq_read_mb_s.is_some() {
+                    device.source = format!(
+                        "{}; sequential: from the saved `tiermem device` report (this run's \
+                         check failed)",
+                        device.source
+                    );
+                }
             }
         }
     }
@@ -318,6 +322,19 @@ fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
         device.source = format!("{}; {}", device.source, describe_saved(saved));
     }
     Some(device)
+}
+
+/// Where the device is checked: the backing directory, a backing file's
+/// directory, else (a block device, which the check would have to write)
+/// /var/tmp, which the report names.
+fn device_check_dir(backing: &std::path::Path) -> PathBuf {
+    if backing.is_dir() {
+        return backing.to_path_buf();
+    }
+    match backing.parent() {
+        Some(parent) if backing.is_file() && parent.is_dir() => parent.to_path_buf(),
+        _ => PathBuf::from("/var/tmp"),
+    }
 }
 
 /// The figures of the saved `tiermem device` report, for comparison with
@@ -365,15 +382,21 @@ fn measure_seq_read(dir: &std::path::Path) -> anyhow::Result<(f64, String)> {
         engines: vec![Engine::IoUring, Engine::Psync],
         ..DeviceConfig::new(dir)
     };
-    let job = tiermem_device::measure_seq_read(&cfg)?;
-    let how = format!(
-        "sequential: {} {} KiB reads, QD{}, for {} s over a {} MiB file",
+    let (job, warnings) = tiermem_device::measure_seq_read(&cfg)?;
+    for warning in &warnings {
+        eprintln!("tiermem bench: sequential device check: {warning}");
+    }
+    let mut how = format!(
+        "sequential: {} {} KiB reads, QD{}, for {} s over a {} MiB file written first",
         job.engine,
         job.block_size >> 10,
         job.qd,
         SEQ_CHECK_SECONDS,
         SEQ_CHECK_FILE_BYTES >> 20
     );
+    for warning in warnings {
+        how = format!("{how} ({warning})");
+    }
     Ok((job.mb_s, how))
 }
 
@@ -463,7 +486,7 @@ fn json_summary(r: &ModeResult, device: Option<&DeviceRef>) -> serde_json::Value
         "mode": r.mode.name(),
         "pages_per_sec": r.pages_per_sec,
         "mb_per_sec": r.mb_per_sec(),
-        "of_device_seq_read": r.mb_per_sec().zip(device_seq).map(|(mb_s, dev)| mb_s / dev),
+        "of_device_seq_read": r.mb_per_sec().zip(device_seq).filter(|_| r.mode != Mode::Dram).map(|(mb_s, dev)| mb_s / dev),
         "hit_ratio": hit.map(|h| h.ratio),
         "hit_ratio_read_ahead_as_miss": hit.and_then(|h| h.ratio_read_ahead_as_miss),
         "misses": hit.map(|h| h.misses),
@@ -541,5 +564,21 @@ pub fn worker(mode: &str, spec: &str) -> i32 {
             eprintln!("tiermem __bench-worker: {e:#}");
             2
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_is_checked_where_the_backing_store_lives() {
+        let dir = tempfile::tempdir().expect("a directory");
+        assert_eq!(device_check_dir(dir.path()), dir.path());
+        let file = dir.path().join("backing.img");
+        std::fs::write(&file, b"").expect("a backing file");
+        assert_eq!(device_check_dir(&file), dir.path());
+        let missing = dir.path().join("no-such-dir/backing.img");
+        assert_eq!(device_check_dir(&missing), PathBuf::from("/var/tmp"));
     }
 }

@@ -83,6 +83,19 @@ mod tests {
     }
 
     #[test]
+    fn with_no_release_a_sleep_lasts_its_timeout() {
+        let waits = OwnerWaits::default();
+        let started = Instant::now();
+        waits.sleep_while(|| true, Duration::from_millis(30));
+        assert!(
+            started.elapsed() >= Duration::from_millis(25),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(waits.sleepers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
     fn nothing_owned_means_no_sleep() {
         let waits = OwnerWaits::default();
         let started = Instant::now();

@@ -92,12 +92,21 @@ pub fn run(cfg: &DeviceConfig, progress: &mut dyn FnMut(Progress)) -> Result<Dev
 /// measures it (its sequential read job, after the fill of a private test
 /// file in a directory), on the first engine of `cfg.engines` that works
 /// here. `tiermem bench` runs it beside a scan, so that the scan is
-/// compared with the device as it is during the same run.
-pub fn measure_seq_read(cfg: &DeviceConfig) -> Result<JobResult> {
+/// compared with the device as it is during the same run. Returns the job
+/// and the warnings that go with its figure: the target's (buffered I/O
+/// where O_DIRECT was refused, a memory-backed filesystem: then it is not
+/// the device's) and a fill that fell back to psync.
+pub fn measure_seq_read(cfg: &DeviceConfig) -> Result<(JobResult, Vec<String>)> {
     let (_, target) = open_measured(cfg)?;
+    let mut warnings: Vec<String> = target
+        .notes
+        .iter()
+        .filter(|note| note.starts_with("WARNING"))
+        .cloned()
+        .collect();
     if target.needs_fill {
         let spec = fill_job(cfg, fill_engine(cfg));
-        fill(cfg, &target, &spec, &mut Vec::new(), &mut |_| {})?;
+        fill(cfg, &target, &spec, &mut warnings, &mut |_| {})?;
     }
     let mut failures = Vec::new();
     for &engine in &cfg.engines {
@@ -114,7 +123,7 @@ pub fn measure_seq_read(cfg: &DeviceConfig) -> Result<JobResult> {
             engine::run_job(&target, &spec, cfg.sqpoll_idle_ms, &mut |_| {}),
         );
         match &result.error {
-            None => return Ok(result),
+            None => return Ok((result, warnings)),
             Some(e) => failures.push(format!("{engine}: {e}")),
         }
     }

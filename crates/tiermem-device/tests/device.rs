@@ -34,7 +34,8 @@ fn the_sequential_read_alone_runs_on_the_first_engine() {
     for engine in [Engine::Psync, Engine::IoUring] {
         let mut cfg = quick(dir.path(), &[engine, Engine::Psync]);
         cfg.duration_per_job = Duration::from_millis(300);
-        let job = measure_seq_read(&cfg).expect("sequential read");
+        let (job, warnings) = measure_seq_read(&cfg).expect("sequential read");
+        assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(job.engine, engine);
         assert_eq!(job.pattern, Pattern::SeqRead);
         assert_eq!((job.block_size, job.qd), (1 << 20, 4));

@@ -215,7 +215,8 @@ fn wait_while_busy(rt: &Shared, page: PageNo) {
         } else {
             rt.table.sleep_while_owned(page, BUSY_SLEEP);
         }
-        if !rt.table.load(page).is_owned() || waited > BUSY_LIMIT_NS {
+        let done = !rt.table.load(page).is_owned();
+        if done || now_ns().saturating_sub(started) > BUSY_LIMIT_NS {
             return;
         }
     }
