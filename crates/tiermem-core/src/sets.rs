@@ -16,11 +16,13 @@
 //! time; a pager serves it a page at a time, and an instruction that needs
 //! two pages of one set at once (`rep movsb` from one buffer to another a
 //! multiple of the sets' span away) would never complete in a direct-mapped
-//! cache: each page's fault evicts the other. So when a miss would evict
-//! the very page that evicted it moments ago, the page goes to a small
-//! fully associative victim buffer instead (as in Jouppi's victim caches),
-//! which evicts its own oldest page when full. Ordinary conflict misses,
-//! which a program survives, are left alone.
+//! cache: each page's fault evicts the other. So when two pages have
+//! evicted each other in turn moments ago and the first comes back for the
+//! second again, it goes to a small fully associative victim buffer
+//! instead (as in Jouppi's victim caches), which evicts its own oldest page
+//! when full. One return alone is an ordinary conflict miss, which a
+//! program survives and a direct-mapped cache must show: A evicts B, B
+//! evicts A, and only the third fault of the round, A's, is caught.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -30,10 +32,10 @@ use crate::page_table::{Kind, PageNo, PageState, PageTable};
 use crate::sys::now_ns;
 
 const LOCKED: u32 = 1 << 31;
-/// A miss this soon after the conflict that evicted it, on the page that
-/// evicted it, is one instruction needing both pages, not a program's
-/// access pattern: a retried instruction faults again within a fault's
-/// round trip.
+/// Two conflicts between the same two pages, in turn, this soon after each
+/// other and followed by a third, are one instruction needing both pages,
+/// not a program's access pattern: a retried instruction faults again
+/// within a fault's round trip.
 const PING_PONG_NS: u64 = 1_000_000;
 
 pub(crate) struct SetMap {
@@ -43,10 +45,8 @@ pub(crate) struct SetMap {
     entries: Box<[AtomicU32]>,
     /// Per set: the lock bit and the next way to replace.
     heads: Box<[AtomicU32]>,
-    /// Per set: the last conflict, `(evicted + 1) << 32 | (evictor + 1)`,
-    /// and when it happened.
-    last_conflict: Box<[AtomicU64]>,
-    last_conflict_ns: Box<[AtomicU64]>,
+    /// Per set: its last two conflicts.
+    conflicts: Box<[ConflictHistory]>,
     /// Pages resident outside the sets, oldest first. Its lock is taken
     /// only when a ping-pong is caught, never on an ordinary miss.
     victims: Mutex<VecDeque<PageNo>>,
@@ -67,14 +67,12 @@ pub(crate) enum Placement {
 impl SetMap {
     pub fn new(sets: u64, ways: u32, victims: u64) -> SetMap {
         let atomics = |n: u64| (0..n).map(|_| AtomicU32::new(0)).collect();
-        let atomics64 = |n: u64| (0..n).map(|_| AtomicU64::new(0)).collect();
         SetMap {
             sets,
             ways,
             entries: atomics(sets * ways as u64),
             heads: atomics(sets),
-            last_conflict: atomics64(sets),
-            last_conflict_ns: atomics64(sets),
+            conflicts: (0..sets).map(|_| ConflictHistory::default()).collect(),
             victims: Mutex::new(VecDeque::with_capacity(victims as usize)),
             victim_capacity: victims as usize,
         }
@@ -115,17 +113,15 @@ impl SetMap {
         ways[way].store(page + 1, Ordering::Relaxed);
         let next = (way as u32 + 1) % self.ways;
         head.store(next | LOCKED, Ordering::Relaxed);
-        self.last_conflict[set as usize].store(pair(victim, page), Ordering::Relaxed);
-        self.last_conflict_ns[set as usize].store(now_ns(), Ordering::Relaxed);
+        self.conflicts[set as usize].record(victim, page);
         Placement::Placed(Some((victim, victim_state)))
     }
 
-    /// Whether `page` would evict the page that evicted it moments ago.
+    /// Whether `page` would evict `victim` a second time in a row, moments
+    /// after `victim` evicted it.
     fn is_ping_pong(&self, set: u64, page: PageNo, victim: PageNo) -> bool {
-        let set = set as usize;
-        self.last_conflict[set].load(Ordering::Relaxed) == pair(page, victim)
-            && now_ns().saturating_sub(self.last_conflict_ns[set].load(Ordering::Relaxed))
-                < PING_PONG_NS
+        let history = &self.conflicts[set as usize];
+        history.last.matches(page, victim) && history.before.matches(victim, page)
     }
 
     /// Claims `page` into the victim buffer, making room by evicting the
@@ -162,6 +158,47 @@ impl SetMap {
         }
         victims.push_back(page);
         Placement::Placed(evict)
+    }
+}
+
+/// A set's last two conflicts, written under the set's lock.
+#[derive(Default)]
+struct ConflictHistory {
+    last: Conflict,
+    before: Conflict,
+}
+
+impl ConflictHistory {
+    fn record(&self, evicted: PageNo, evictor: PageNo) {
+        self.before.copy_from(&self.last);
+        self.last.set(evicted, evictor);
+    }
+}
+
+/// One conflict: `(evicted + 1) << 32 | (evictor + 1)` (0: none), and when.
+#[derive(Default)]
+struct Conflict {
+    pair: AtomicU64,
+    at_ns: AtomicU64,
+}
+
+impl Conflict {
+    fn set(&self, evicted: PageNo, evictor: PageNo) {
+        self.pair.store(pair(evicted, evictor), Ordering::Relaxed);
+        self.at_ns.store(now_ns(), Ordering::Relaxed);
+    }
+
+    fn copy_from(&self, other: &Conflict) {
+        self.pair
+            .store(other.pair.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.at_ns
+            .store(other.at_ns.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Whether `evictor` evicted `evicted` within the last `PING_PONG_NS`.
+    fn matches(&self, evicted: PageNo, evictor: PageNo) -> bool {
+        self.pair.load(Ordering::Relaxed) == pair(evicted, evictor)
+            && now_ns().saturating_sub(self.at_ns.load(Ordering::Relaxed)) < PING_PONG_NS
     }
 }
 
@@ -282,23 +319,27 @@ mod tests {
     }
 
     #[test]
-    fn a_page_that_would_evict_its_own_evictor_goes_to_the_victim_buffer() {
+    fn two_pages_that_keep_evicting_each_other_go_to_the_victim_buffer() {
         let table = PageTable::new(1024).unwrap();
         let sets = SetMap::new(16, 1, 2);
         load(&sets, &table, 3);
         assert_eq!(load(&sets, &table, 19), Some(3), "an ordinary conflict");
-        // 3 at once again, as a retried instruction would: both stay.
-        assert_eq!(load(&sets, &table, 3), None);
-        assert_eq!(table.load(19).kind(), Kind::Resident);
-        assert_eq!(load(&sets, &table, 35), Some(19), "the set still works");
-        // The buffer keeps its two newest pages.
-        load(&sets, &table, 19);
-        assert_eq!(load(&sets, &table, 51), Some(35));
+        assert_eq!(load(&sets, &table, 3), Some(19), "one return is one too");
+        // 19 at once again, as a retried instruction would: both stay.
+        assert_eq!(load(&sets, &table, 19), None);
+        assert_eq!(table.load(3).kind(), Kind::Resident);
+        assert_eq!(load(&sets, &table, 35), Some(3), "the set still works");
+        // A second round is caught too; the buffer keeps its two newest pages.
+        assert_eq!(load(&sets, &table, 3), Some(35));
+        assert_eq!(load(&sets, &table, 35), None, "caught again");
+        assert_eq!(load(&sets, &table, 51), Some(3));
+        assert_eq!(load(&sets, &table, 3), Some(51));
         assert_eq!(
-            load(&sets, &table, 35),
-            Some(3),
+            load(&sets, &table, 51),
+            Some(19),
             "the buffer's oldest leaves"
         );
+        assert_eq!(table.load(35).kind(), Kind::Resident, "the newest stays");
     }
 
     #[test]

@@ -339,7 +339,7 @@ fn set_associativity_bounds_each_set() {
     let span = sets as usize * UNIT;
     // Pages `sets` apart share a set, so touching two of them in turn always
     // misses. (The pause keeps the victim buffer out: it only takes a page
-    // that comes back within a millisecond of its eviction.)
+    // when two pages have evicted each other in turn within milliseconds.)
     let before = rt.stats();
     for _ in 0..50 {
         read_all(a, UNIT, 9);
