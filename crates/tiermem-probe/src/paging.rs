@@ -89,9 +89,10 @@ impl<'a> Probe<'a> {
                 setup.cpu
             ));
         }
-        // The size test walks lines of the measured size, which can be as
+        // The size test orders lines of the measured size, which can be as
         // small as 64 bytes (a CPU cache's, or a line test gone wrong).
-        let lines = setup.region_bytes / MIN_LINE + 16;
+        let smallest_lines = setup.region_bytes / MIN_LINE + 16;
+        let lines = setup.region_bytes / GRAIN + 16;
         Ok(Probe {
             r: region,
             irq,
@@ -107,7 +108,7 @@ impl<'a> Probe<'a> {
             notes,
             miss_ns: f64::NAN,
             pairs: (0, 0),
-            order: RawVec::with_capacity(lines),
+            order: RawVec::with_capacity(smallest_lines),
             lat: RawVec::with_capacity(lines.max(1 << 16)),
         })
     }
