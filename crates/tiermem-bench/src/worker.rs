@@ -10,7 +10,7 @@
 //! Misses are counted by the mode itself (see `hit_ratio`), read just before
 //! the measured phase starts and just after it ends.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -304,7 +304,10 @@ fn misses_between(
 /// Runs warm-up then the measured phase on `spec.threads` threads. The miss
 /// counters are read when recording starts and after every thread stopped:
 /// a thread notices either flag only between batches of 64 accesses, so the
-/// window may be off by that many accesses per thread out of millions.
+/// window may be off by that many accesses per thread out of millions. The
+/// phase lasts until every thread has counted at least one batch: a batch
+/// of misses can outlast a short phase (one pinned CPU, a busy device), and
+/// a phase with no sample measures nothing.
 fn measure(
     pages: &Pages,
     set: &dyn WorkingSet,
@@ -313,6 +316,7 @@ fn measure(
 ) -> Measured {
     let recording = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
+    let threads_counted = AtomicUsize::new(0);
     let mut merged = LatencyHistogram::new();
     let (mut reads, mut writes) = (0, 0);
     let mut elapsed = Duration::ZERO;
@@ -320,11 +324,15 @@ fn measure(
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.threads)
             .map(|t| {
-                let (recording, stop) = (&recording, &stop);
+                let flags = PhaseFlags {
+                    recording: &recording,
+                    stop: &stop,
+                    threads_counted: &threads_counted,
+                };
                 let mut sampler =
                     PageSampler::new(pattern, pages.count, spec.seed, t, spec.threads);
                 let read_percent = spec.read_percent;
-                s.spawn(move || access_loop(pages, &mut sampler, read_percent, recording, stop))
+                s.spawn(move || access_loop(pages, &mut sampler, read_percent, flags))
             })
             .collect();
         tick_phase("warmup", spec.warmup_s);
@@ -332,6 +340,12 @@ fn measure(
         let started = Instant::now();
         recording.store(true, Ordering::Release);
         tick_phase("measure", spec.duration_s);
+        // (A thread that ended early, by a panic, never will count.)
+        while threads_counted.load(Ordering::Acquire) < spec.threads
+            && !handles.iter().any(|h| h.is_finished())
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         stop.store(true, Ordering::Release);
         elapsed = started.elapsed();
         for h in handles {
@@ -364,16 +378,25 @@ fn tick_phase(phase: &str, seconds: f64) {
     }
 }
 
+/// What the measuring thread tells the access threads, and what they tell it.
+#[derive(Clone, Copy)]
+struct PhaseFlags<'a> {
+    recording: &'a AtomicBool,
+    stop: &'a AtomicBool,
+    /// Threads that have counted a whole batch.
+    threads_counted: &'a AtomicUsize,
+}
+
 fn access_loop(
     pages: &Pages,
     sampler: &mut PageSampler,
     read_percent: u32,
-    recording: &AtomicBool,
-    stop: &AtomicBool,
+    flags: PhaseFlags<'_>,
 ) -> (LatencyHistogram, u64, u64) {
     let mut hist = LatencyHistogram::new();
     let (mut reads, mut writes) = (0u64, 0u64);
     let mut counting = false;
+    let mut counted_a_batch = false;
     loop {
         for _ in 0..64 {
             let page = sampler.next_page();
@@ -390,10 +413,14 @@ fn access_loop(
                 }
             }
         }
-        if stop.load(Ordering::Relaxed) {
+        if counting && !counted_a_batch {
+            counted_a_batch = true;
+            flags.threads_counted.fetch_add(1, Ordering::Release);
+        }
+        if flags.stop.load(Ordering::Relaxed) {
             break;
         }
-        counting = recording.load(Ordering::Relaxed);
+        counting = flags.recording.load(Ordering::Relaxed);
     }
     (hist, reads, writes)
 }
@@ -592,6 +619,27 @@ mod tests {
         // Readings 1, 2, 3 move; the 4th equals the 3rd.
         assert_eq!(set.readings.get(), 4);
         assert!(started.elapsed() >= 3 * SETTLE_QUIET);
+    }
+
+    /// Without the wait for a counted batch, a zero-length phase ends
+    /// before any thread has looked at the recording flag: 0 accesses.
+    #[test]
+    fn every_thread_counts_a_batch_however_short_the_phase() {
+        let spec = WorkloadSpec {
+            working_set_bytes: 4 << 20,
+            page_size: 4096,
+            threads: 2,
+            read_percent: 50,
+            pattern: "uniform".into(),
+            duration_s: 0.0,
+            warmup_s: 0.0,
+            seed: 7,
+            workload: Workload::Pattern,
+        };
+        let set = AnonymousSet::new(spec.working_set_bytes, None).unwrap();
+        let result = run_workload(Mode::Dram, &spec, &set).unwrap();
+        assert!(result.accesses >= 2 * 64, "{} accesses", result.accesses);
+        assert_eq!(result.verify.lost + result.verify.corrupted, 0);
     }
 
     #[test]
