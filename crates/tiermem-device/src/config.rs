@@ -18,6 +18,12 @@ pub enum Engine {
     /// One io_uring, N requests in flight, interrupt-driven completions.
     #[serde(rename = "io_uring")]
     IoUring,
+    /// A plain io_uring whose completions the submitting thread spins for
+    /// in user space instead of sleeping: works on every device (no poll
+    /// queues needed), and its CPU never idles, so on a guest that halts
+    /// idle vCPUs it shows what that halt costs a read.
+    #[serde(rename = "io_uring-spin")]
+    IoUringSpin,
     /// io_uring with a kernel thread polling the submission queue
     /// (`IORING_SETUP_SQPOLL`).
     #[serde(rename = "io_uring-sqpoll")]
@@ -33,9 +39,10 @@ pub enum Engine {
 
 impl Engine {
     /// Every engine, in the order jobs are run and shown.
-    pub const ALL: [Engine; 5] = [
+    pub const ALL: [Engine; 6] = [
         Engine::Psync,
         Engine::IoUring,
+        Engine::IoUringSpin,
         Engine::IoUringSqpoll,
         Engine::IoUringIopoll,
         Engine::IoUringHybrid,
@@ -46,6 +53,7 @@ impl Engine {
         match self {
             Engine::Psync => "psync",
             Engine::IoUring => "io_uring",
+            Engine::IoUringSpin => "io_uring-spin",
             Engine::IoUringSqpoll => "io_uring-sqpoll",
             Engine::IoUringIopoll => "io_uring-iopoll",
             Engine::IoUringHybrid => "io_uring-hybrid",
@@ -77,6 +85,7 @@ impl FromStr for Engine {
         Ok(match norm.as_str() {
             "psync" | "pread" | "sync" => Engine::Psync,
             "io-uring" | "uring" | "iouring" => Engine::IoUring,
+            "io-uring-spin" | "spin" | "uring-spin" => Engine::IoUringSpin,
             "io-uring-sqpoll" | "sqpoll" | "uring-sqpoll" => Engine::IoUringSqpoll,
             "io-uring-iopoll" | "iopoll" | "uring-iopoll" => Engine::IoUringIopoll,
             "io-uring-hybrid"
@@ -85,8 +94,8 @@ impl FromStr for Engine {
             | "io-uring-hybrid-iopoll"
             | "hybrid-iopoll" => Engine::IoUringHybrid,
             _ => bail!(
-                "unknown engine {s:?}; expected one of: psync, io_uring, io_uring-sqpoll, \
-                 io_uring-iopoll, io_uring-hybrid (or \"all\")"
+                "unknown engine {s:?}; expected one of: psync, io_uring, io_uring-spin, \
+                 io_uring-sqpoll, io_uring-iopoll, io_uring-hybrid (or \"all\")"
             ),
         })
     }

@@ -264,6 +264,15 @@ fn add_notes(
          belong to our thread group; kthr% is their share, read from /proc/self/task/*/schedstat"
     ));
     let ok = |e: Engine| results.iter().any(|j| j.engine == e && j.is_ok());
+    if ok(Engine::IoUringSpin) {
+        notes.push(
+            "io_uring-spin: the submitting thread spins on the completion queue instead of \
+             sleeping, so its CPU never idles and CPU% is about 100 per job; where it beats \
+             io_uring at QD1, the difference is what waking a sleeping, idle CPU costs a read \
+             here (on a VM that halts idle vCPUs at once, tens of microseconds)"
+                .to_string(),
+        );
+    }
     if ok(Engine::IoUringSqpoll) {
         notes.push(format!(
             "io_uring-sqpoll: the SQPOLL kernel thread busy-polls the submission queue (idle \

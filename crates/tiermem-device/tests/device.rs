@@ -119,6 +119,38 @@ fn quick_psync_and_io_uring_on_var_tmp() {
     assert_eq!(entries(dir.path()), 1);
 }
 
+/// Spinning for completions needs nothing from the device: every job of
+/// the engine completes, reads and writes, QD1 and QD N, and the report
+/// says what the engine costs.
+#[test]
+fn the_spinning_engine_runs_every_job() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir in /var/tmp");
+    let mut cfg = quick(dir.path(), &[Engine::IoUringSpin]);
+    cfg.duration_per_job = Duration::from_millis(200);
+    cfg.file_size = 64 << 20;
+    let (report, _) = run_collecting(&cfg);
+    println!("{}", report.render_table());
+    assert_eq!(report.jobs.len(), 1 + 5);
+    for j in &report.jobs {
+        assert!(j.error.is_none(), "{}: {:?}", j.label(), j.error);
+        assert!(j.ops > 0 && j.lat_mean_us > 0.0, "{}", j.label());
+        if !j.fill {
+            // The submitting thread never sleeps.
+            assert!(j.cpu_pct > 50.0, "{}: CPU {}%", j.label(), j.cpu_pct);
+        }
+    }
+    assert!(report.qd1_read_latency_us().is_some_and(|v| v > 0.0));
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("io_uring-spin: ")),
+        "{:?}",
+        report.notes
+    );
+    assert_eq!(entries(dir.path()), 0);
+}
+
 #[test]
 fn polling_engines_succeed_or_report_unsupported() {
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir in /var/tmp");

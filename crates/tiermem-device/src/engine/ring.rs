@@ -44,7 +44,7 @@ pub(crate) fn build(
     sqpoll_idle_ms: u32,
 ) -> Result<IoUring, JobFailure> {
     let r = match engine {
-        Engine::Psync | Engine::IoUring => IoUring::builder().build(entries),
+        Engine::Psync | Engine::IoUring | Engine::IoUringSpin => IoUring::builder().build(entries),
         Engine::IoUringSqpoll => IoUring::builder()
             .setup_sqpoll(sqpoll_idle_ms)
             .build(entries),

@@ -10,6 +10,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::{before_deadline, fraction, io_failure, ring, JobFailure, Measured};
 use crate::buffer::AlignedBuf;
+use crate::config::Engine;
 use crate::job::{JobLimit, JobSpec, Offsets, SeqCursor};
 use crate::stats::{CpuSnapshot, LatHist, ThreadTimes};
 use crate::target::Target;
@@ -167,7 +168,7 @@ impl Job<'_> {
             }
 
             // Submit what was queued and wait for at least one completion.
-            if let Err(e) = ring.submit_and_wait(1) {
+            if let Err(e) = self.submit_and_await(ring) {
                 match e.raw_os_error() {
                     Some(libc::EINTR | libc::EAGAIN | libc::EBUSY) => {}
                     _ => return Err(io_failure(self.spec.engine, &e, "io_uring_enter")),
@@ -202,6 +203,21 @@ impl Job<'_> {
                 progress(now.duration_since(start));
             }
         }
+    }
+
+    /// Submits what was queued, then waits for a completion: asleep in the
+    /// kernel, or for `io_uring-spin` spinning on the completion queue (the
+    /// completion arrives as task work, run when the kernel interrupts the
+    /// spinning thread).
+    fn submit_and_await(&self, ring: &mut IoUring) -> io::Result<()> {
+        if self.spec.engine != Engine::IoUringSpin {
+            return ring.submit_and_wait(1).map(drop);
+        }
+        ring.submit()?;
+        while ring.completion().is_empty() {
+            std::hint::spin_loop();
+        }
+        Ok(())
     }
 
     /// Put the request of `slot` into the submission queue.
