@@ -6,6 +6,7 @@
 //! counters. Besides the pattern workload there is a scan-resistance
 //! workload. Every page is stamped and verified at the end.
 
+pub mod device_limit;
 pub mod device_ref;
 pub mod histogram;
 pub mod hit_ratio;

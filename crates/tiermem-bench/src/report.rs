@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::device_limit::DeviceLimit;
+use crate::device_ref::ReadLatency;
 use crate::hit_ratio::HitRatio;
 use crate::result::{Mode, ModeResult};
 
@@ -18,6 +20,13 @@ use crate::result::{Mode, ModeResult};
 pub struct DeviceRef {
     pub qd1_read_latency_us: Option<f64>,
     pub seq_read_mb_s: Option<f64>,
+    /// Reads of the run's page size at the run's queue depth, each way of
+    /// waiting: the cost of a miss to a pager that cost nothing.
+    #[serde(default)]
+    pub page_reads: Vec<ReadLatency>,
+    /// What the device allows this run, or why there is no such figure.
+    #[serde(default)]
+    pub limit: Option<Result<DeviceLimit, String>>,
     /// Where the numbers come from, printed with them.
     pub source: String,
 }
@@ -49,6 +58,7 @@ fn baseline(results: &[ModeResult], mode: Mode) -> Option<&ModeResult> {
 pub fn render_table(results: &[ModeResult], device: Option<&DeviceRef>) -> String {
     let mut table = Table::new(results.iter().map(|result| result.mode.name().to_string()));
     add_throughput_rows(&mut table, results);
+    add_device_limit_row(&mut table, results, device);
     add_bandwidth_rows(&mut table, results, device);
     add_hit_ratio_rows(&mut table, results);
     add_latency_rows(&mut table, results);
@@ -91,6 +101,20 @@ fn add_throughput_rows(table: &mut Table, results: &[ModeResult]) {
                 human_count(result.reads as f64),
                 human_count(result.writes as f64)
             )
+        })
+    });
+}
+
+/// Each mode's pages/s as a share of what the device allows the run (see
+/// `device_limit`); DRAM never reads the device.
+fn add_device_limit_row(table: &mut Table, results: &[ModeResult], device: Option<&DeviceRef>) {
+    let Some(Ok(limit)) = device.and_then(|device| device.limit.as_ref()) else {
+        return;
+    };
+    table.add_row("of device limit", results, |result| {
+        ran(result, |result| match result.mode {
+            Mode::Dram => MISSING.to_string(),
+            _ => format!("{:.0}%", 100.0 * result.pages_per_sec / limit.pages_per_sec),
         })
     });
 }
@@ -327,7 +351,16 @@ fn device_footnote(device: Option<&DeviceRef>) -> String {
     } else {
         format!(" (source: {})", device.source)
     };
-    format!("\ndevice reference: {}{source}\n", facts.join(", "))
+    let limit = match &device.limit {
+        Some(Ok(limit)) => format!(
+            "device limit: {} pages/s = {}\n",
+            human_count(limit.pages_per_sec),
+            limit.basis
+        ),
+        Some(Err(why)) => format!("device limit: none ({why})\n"),
+        None => String::new(),
+    };
+    format!("\ndevice reference: {}{source}\n{limit}", facts.join(", "))
 }
 
 fn notes_section(results: &[ModeResult]) -> String {
@@ -797,7 +830,7 @@ mod tests {
         let device = DeviceRef {
             qd1_read_latency_us: None,
             seq_read_mb_s: Some(expected * 2.0),
-            source: String::new(),
+            ..DeviceRef::default()
         };
         let table = render_table(&results, Some(&device));
         let share = row(&table, "of dev seq read");
@@ -811,6 +844,7 @@ mod tests {
             qd1_read_latency_us: Some(12.0),
             seq_read_mb_s: Some(2100.0),
             source: "fio on /dev/nvme0n1".to_string(),
+            ..DeviceRef::default()
         };
         let table = render_table(&three_modes(), Some(&device));
         let overhead = row(&table, "slow p50 - dev QD1 read");
@@ -826,6 +860,38 @@ mod tests {
         };
         let table = render_table(&three_modes(), Some(&no_latency));
         assert!(!table.contains("dev QD1"), "{table}");
+    }
+
+    #[test]
+    fn device_limit_gives_each_paging_mode_its_share() {
+        let device = DeviceRef {
+            qd1_read_latency_us: Some(50.0),
+            limit: Some(Ok(DeviceLimit {
+                pages_per_sec: 2_000_000.0,
+                best_hit_ratio: 0.25,
+                basis: "1 thread(s) / ((1 - 25.0%) x 50.0us)".into(),
+            })),
+            ..DeviceRef::default()
+        };
+        let table = render_table(&three_modes(), Some(&device));
+        let share = row(&table, "of device limit");
+        assert!(share.contains("72%") && share.contains("50%"), "{table}");
+        assert!(!share.contains("100%"), "a share for dram: {table}");
+        assert!(
+            table.contains("device limit: 2.00M pages/s = 1 thread(s) / ((1 - 25.0%) x 50.0us)"),
+            "{table}"
+        );
+
+        let none = DeviceRef {
+            limit: Some(Err("the working set fits in the budget".into())),
+            ..device
+        };
+        let table = render_table(&three_modes(), Some(&none));
+        assert!(!table.contains("of device limit"), "{table}");
+        assert!(
+            table.contains("device limit: none (the working set fits in the budget)"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use tiermem_bench::device_limit::device_limit;
+use tiermem_bench::device_ref::measure_device_ref;
 use tiermem_bench::report::{self, DeviceRef};
 use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
@@ -53,8 +55,23 @@ const DEFAULT_WORKING_SET: &str = "1G";
 /// read"), and, for --pattern sequential, its sequential read bandwidth as
 /// `tiermem device` measures it (1 MiB reads, 4 in flight, 2 s over a 1 GiB
 /// private file, written first: a few seconds and 1 GiB of free space),
-/// which the scan is compared with ("of dev seq read"). A noisy device is
-/// so compared with itself, within the same run.
+/// which the scan is compared with ("of dev seq read"). When the working
+/// set exceeds the budget it also times reads of one page with one read in
+/// flight per --threads thread, for 1 s asleep in pread (unless that is the
+/// QD1 4 KiB job) and 1 s spinning for io_uring completions. A noisy device
+/// is so compared with itself, within the same run.
+///
+/// "of device limit" is each mode's pages/s as a share of what a pager that
+/// cost nothing would reach on this device: threads / ((1 - best hit ratio)
+/// x mean page read at QD threads, the faster way), where the best hit ratio is the
+/// probability of the budget's worth of most probable pages (uniform: the
+/// budget's share of the working set; zipf, pareto, normal: from the
+/// distribution), since every miss waits for a read and hits are taken as
+/// free; for --pattern sequential it is the sequential read bandwidth in
+/// pages. Write-back is left out, so no pager reaches 100% with uniform or
+/// zipf draws (pareto and normal put hot pages side by side, and a read
+/// ahead of one miss can bring in several). The figures used are printed
+/// under the table ("device limit"; JSON: device_limit, of_device_limit).
 ///
 /// The hit ratio is 1 - misses / accesses over the measured phase only (not
 /// stamping, warm-up or verification), with misses counted by each system
@@ -290,8 +307,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
 /// compared with itself. A failed measurement is reported and left out.
 fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
     let dir = device_check_dir(&plan.tiermem.backing);
-    let mut device = match tiermem_bench::device_ref::measure_qd1_read(&dir, Duration::from_secs(2))
-    {
+    let mut device = match measure_device_ref(&dir, Duration::from_secs(2), page_reads(plan)) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("tiermem bench: device check skipped: {e:#}");
@@ -321,7 +337,22 @@ fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
     if let Some(saved) = &saved {
         device.source = format!("{}; {}", device.source, describe_saved(saved));
     }
+    device.limit = Some(device_limit(
+        &plan.workload,
+        plan.tiermem.dram_budget,
+        &device,
+    ));
     Some(device)
+}
+
+/// The read a miss of this run waits for, (page bytes, program threads),
+/// for a run whose device limit comes from its misses.
+fn page_reads(plan: &BenchPlan) -> Option<(u64, usize)> {
+    let w = &plan.workload;
+    let paged = w.workload == Workload::Pattern
+        && !is_sequential(w)
+        && w.working_set_bytes > plan.tiermem.dram_budget;
+    paged.then_some((w.page_size, w.threads.max(1)))
 }
 
 /// Where the device is checked: the backing directory, a backing file's
@@ -486,6 +517,11 @@ fn json_summary(r: &ModeResult, device: Option<&DeviceRef>) -> serde_json::Value
         "mode": r.mode.name(),
         "pages_per_sec": r.pages_per_sec,
         "mb_per_sec": r.mb_per_sec(),
+        "of_device_limit": device
+            .and_then(|d| d.limit.as_ref())
+            .and_then(|limit| limit.as_ref().ok())
+            .filter(|_| r.mode != Mode::Dram && r.pages_per_sec > 0.0)
+            .map(|limit| r.pages_per_sec / limit.pages_per_sec),
         "of_device_seq_read": r.mb_per_sec().zip(device_seq).filter(|_| r.mode != Mode::Dram).map(|(mb_s, dev)| mb_s / dev),
         "hit_ratio": hit.map(|h| h.ratio),
         "hit_ratio_read_ahead_as_miss": hit.and_then(|h| h.ratio_read_ahead_as_miss),
@@ -539,6 +575,9 @@ fn print_json(
         "backing": plan.tiermem.backing,
         "device_qd1_read_us": device.and_then(|d| d.qd1_read_latency_us),
         "device_seq_read_mb_s": device.and_then(|d| d.seq_read_mb_s),
+        "device_page_reads": device.map(|d| &d.page_reads),
+        "device_limit": device.and_then(|d| d.limit.as_ref()).and_then(|l| l.as_ref().ok()),
+        "device_limit_none": device.and_then(|d| d.limit.as_ref()).and_then(|l| l.as_ref().err()),
         "device_source": device.map(|d| d.source.as_str()),
         "idle_wait": idle_wait_json(&IdleWait::read()),
         "cpus": plan.cpus.as_ref().map(|p| serde_json::json!({

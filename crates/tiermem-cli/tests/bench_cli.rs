@@ -194,6 +194,62 @@ fn a_scan_is_compared_with_the_device_measured_in_the_same_run() {
     );
     let share = summary["of_device_seq_read"].as_f64().expect("the share");
     assert!((share - mb_s / device_mb_s).abs() < 1e-9, "{summary}");
+    // A scan's device limit is that bandwidth, in pages.
+    let limit = json["device_limit"]["pages_per_sec"]
+        .as_f64()
+        .expect("a limit");
+    assert!(
+        (limit - device_mb_s * 1e6 / 4096.0).abs() < 1e-6 * limit,
+        "{stdout}"
+    );
+    let of_limit = summary["of_device_limit"]
+        .as_f64()
+        .expect("the share of it");
+    assert!((of_limit - share).abs() < 1e-9, "{summary}");
+    assert_eq!(json["results"][0]["verify"]["lost"].as_u64(), Some(0));
+}
+
+/// Random misses are judged against what a pager that cost nothing would
+/// reach: every miss waits for one page read at the run's queue depth, and
+/// the budget allows uniform draws a hit ratio of its share of the set.
+#[test]
+fn random_misses_are_compared_with_the_device_limit() {
+    let out = tiermem()
+        .args([
+            "bench",
+            "--working-set",
+            "32M",
+            "--dram",
+            "8M",
+            "--threads",
+            "2",
+        ])
+        .args(["--duration", "0.5", "--warmup", "0", "--modes", "tiermem"])
+        .args(["--pattern", "uniform", "--json"])
+        .output()
+        .unwrap();
+    let (json, stdout) = successful_json(&out);
+    // Timed asleep and spinning; the faster sets the limit.
+    let reads = json["device_page_reads"].as_array().expect("page reads");
+    assert_eq!(reads.len(), 2, "{stdout}");
+    for read in reads {
+        assert_eq!(read["job"]["threads"].as_u64(), Some(2), "{stdout}");
+        assert_eq!(read["job"]["block_bytes"].as_u64(), Some(4096), "{stdout}");
+    }
+    let mean_us = reads
+        .iter()
+        .map(|read| read["mean_us"].as_f64().expect("a QD2 read's mean"))
+        .fold(f64::INFINITY, f64::min);
+    let limit = &json["device_limit"];
+    assert_eq!(limit["best_hit_ratio"].as_f64(), Some(0.25), "{limit}");
+    let pages_per_sec = limit["pages_per_sec"].as_f64().unwrap();
+    let expected = 2.0 / (0.75 * mean_us * 1e-6);
+    assert!((pages_per_sec / expected - 1.0).abs() < 1e-9, "{limit}");
+    let summary = &json["summary"][0];
+    let share = summary["of_device_limit"].as_f64().expect("the share");
+    let measured = summary["pages_per_sec"].as_f64().unwrap();
+    assert!((share - measured / pages_per_sec).abs() < 1e-9, "{summary}");
+    assert!(share > 0.0, "{summary}");
     assert_eq!(json["results"][0]["verify"]["lost"].as_u64(), Some(0));
 }
 
