@@ -44,15 +44,6 @@ pub struct ReadJob {
     pub wait: Wait,
 }
 
-impl ReadJob {
-    /// The QD1 4 KiB read every run measures.
-    pub const QD1_4K: ReadJob = ReadJob {
-        block_bytes: 4096,
-        threads: 1,
-        wait: Wait::Sleep,
-    };
-}
-
 /// What one job measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReadLatency {
