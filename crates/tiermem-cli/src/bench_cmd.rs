@@ -56,22 +56,24 @@ const DEFAULT_WORKING_SET: &str = "1G";
 /// `tiermem device` measures it (1 MiB reads, 4 in flight, 2 s over a 1 GiB
 /// private file, written first: a few seconds and 1 GiB of free space),
 /// which the scan is compared with ("of dev seq read"). When the working
-/// set exceeds the budget it also times reads of one page with one read in
-/// flight per --threads thread, for 1 s asleep in pread (unless that is the
-/// QD1 4 KiB job) and 1 s spinning for io_uring completions. A noisy device
-/// is so compared with itself, within the same run.
+/// set exceeds the budget it also times, for 2 s more, reads of one page
+/// with one read in flight per --threads thread, the threads taking turns of
+/// 20 ms asleep in pread and spinning for io_uring completions (so that the
+/// device's drift falls on both alike). A noisy device is so compared with
+/// itself, within the same run.
 ///
 /// "of device limit" is each mode's pages/s as a share of what a pager that
 /// cost nothing would reach on this device: threads / ((1 - best hit ratio)
-/// x mean page read at QD threads, the faster way), where the best hit ratio is the
-/// probability of the budget's worth of most probable pages (uniform: the
-/// budget's share of the working set; zipf, pareto, normal: from the
-/// distribution), since every miss waits for a read and hits are taken as
-/// free; for --pattern sequential it is the sequential read bandwidth in
-/// pages. Write-back is left out, so no pager reaches 100% with uniform or
-/// zipf draws (pareto and normal put hot pages side by side, and a read
-/// ahead of one miss can bring in several). The figures used are printed
-/// under the table ("device limit"; JSON: device_limit, of_device_limit).
+/// x mean page read at QD threads, whichever way of waiting was faster),
+/// where the best hit ratio is the probability of the budget's worth of
+/// most probable pages (uniform: the budget's share of the working set;
+/// zipf, pareto, normal: from the distribution), since every miss waits for
+/// a read and hits are taken as free; for --pattern sequential it is the
+/// sequential read bandwidth in pages. Write-back is left out, so no pager
+/// reaches 100% with uniform or zipf draws (pareto and normal put hot pages
+/// side by side, and a read ahead of one miss can bring in several). The
+/// figures used are printed under the table ("device limit"; JSON:
+/// device_limit, of_device_limit).
 ///
 /// The hit ratio is 1 - misses / accesses over the measured phase only (not
 /// stamping, warm-up or verification), with misses counted by each system
