@@ -536,7 +536,8 @@ impl<'a> Probe<'a> {
             value: lo as u64,
             confidence,
             evidence: format!(
-                "re-read hit ratio {:.0}% at {}, {:.0}% at {} (best of {SIZE_TRIES} blocks)",
+                "re-read hit ratio {:.0}% at {} (best of up to {SIZE_TRIES} blocks), {:.0}% at {} \
+                 (one block)",
                 100.0 * r_lo,
                 crate::report::size(lo as u64),
                 100.0 * r_hi,
