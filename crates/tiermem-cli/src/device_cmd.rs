@@ -33,6 +33,8 @@ Jobs, for each engine:
 Engines:
   psync            pread/pwrite; QD N = N threads at QD1 each
   io_uring         one ring, N requests in flight, registered buffers
+  io_uring-spin    one ring, the caller spins for each completion instead
+                   of sleeping; needs no poll queues, costs one CPU per job
   io_uring-sqpoll  a kernel thread polls the submission queue (SQPOLL)
   io_uring-iopoll  busy-polled completions (IOPOLL); needs O_DIRECT and a
                    device with poll queues
@@ -108,8 +110,8 @@ pub struct DeviceArgs {
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub qd: u32,
 
-    /// Comma-separated engines: psync, io_uring, io_uring-sqpoll,
-    /// io_uring-iopoll, io_uring-hybrid, or all.
+    /// Comma-separated engines: psync, io_uring, io_uring-spin,
+    /// io_uring-sqpoll, io_uring-iopoll, io_uring-hybrid, or all.
     #[arg(long, value_name = "LIST", default_value = "all", value_parser = parse_engine_list)]
     pub engines: EngineList,
 
@@ -343,5 +345,27 @@ mod tests {
         assert!(!cfg.allow_write);
         assert!(Cli::try_parse_from(["tiermem", "--qd", "0"]).is_err());
         assert!(Cli::try_parse_from(["tiermem", "--engines", "spdk"]).is_err());
+    }
+
+    #[test]
+    fn help_names_every_engine() {
+        use clap::CommandFactory;
+        let mut cli = crate::Cli::command();
+        let device = cli
+            .find_subcommand_mut("device")
+            .expect("tiermem has a device subcommand");
+        let help = device.render_long_help().to_string();
+        let engines_option = help
+            .split("--engines <LIST>")
+            .nth(1)
+            .expect("--help documents --engines");
+        for engine in Engine::ALL {
+            let listed = format!("\n  {:<17}", engine.name());
+            assert!(help.contains(&listed), "--help does not describe {engine}");
+            assert!(
+                engines_option.contains(engine.name()),
+                "--engines does not name {engine}"
+            );
+        }
     }
 }
