@@ -1078,3 +1078,100 @@ fn redis_keeps_every_key_through_paging_and_a_bgsave_fork() {
         (t0.elapsed() - t_save).as_secs_f64()
     );
 }
+
+// ---------------------------------------------------------------------------
+// stress-ng: forks from forked children.
+// ---------------------------------------------------------------------------
+
+/// The largest resident set, in KiB, of the processes named `comm` seen so
+/// far; sampled every 50 ms until `done` is set.
+fn sample_peak_rss(
+    comm: &'static str,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> thread::JoinHandle<u64> {
+    thread::spawn(move || {
+        let mut peak = 0u64;
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                let dir = entry.path();
+                let named =
+                    std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim_end() == comm);
+                if !named {
+                    continue;
+                }
+                let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+                let rss = status
+                    .lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(first_number)
+                    .unwrap_or(0);
+                peak = peak.max(rss);
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        peak
+    })
+}
+
+/// stress-ng's vm workers are forked from forked children, and glibc's
+/// `fork()` touches heap memory (the NSS database) after the atfork prepare
+/// handlers that park tiermem's fault handlers. That hung every run; now the
+/// run ends in its run time, every worker verifies what it wrote, and each
+/// worker's resident set stays well under its 256 MiB (so it was tiered).
+#[test]
+fn stress_ng_vm_workers_fork_from_forked_children() {
+    let Some(stress) = need("stress-ng") else {
+        return;
+    };
+    let tmp = scratch("stress-ng");
+    let mut cmd = tiermem_run("128M", tmp.path(), &stress);
+    cmd.args([
+        "--vm",
+        "2",
+        "--vm-bytes",
+        "256M",
+        "--vm-method",
+        "all",
+        "--verify",
+        "--timeout",
+        "10s",
+        "--metrics-brief",
+    ]);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_peak_rss("stress-ng-vm", done.clone());
+    let ran = run(
+        cmd,
+        "stress-ng --vm 2 --vm-bytes 256M --verify under tiermem run --dram 128M",
+    );
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let peak_kib = sampler.join().expect("the RSS sampler panicked");
+    let all = format!("{}\n{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.status.success() && all.contains("successful run completed"),
+        "{}",
+        ran.describe()
+    );
+    let lower = all.to_ascii_lowercase();
+    assert!(
+        !lower.contains("fail:") && !lower.contains("bit error"),
+        "stress-ng reported a verification failure\n{}",
+        ran.describe()
+    );
+    assert!(
+        ran.secs < 60.0,
+        "a 10 s stress-ng run took {:.1}s\n{}",
+        ran.secs,
+        ran.describe()
+    );
+    assert!(
+        peak_kib > 0 && peak_kib < 200 << 10,
+        "a vm worker's peak resident set was {peak_kib} KiB: 0 means none was seen, \
+         over 200 MiB means its 256 MiB were not tiered under a 128 MiB budget\n{}",
+        ran.describe()
+    );
+    println!(
+        "stress-ng: {:.1}s, vm worker peak RSS {} MiB",
+        ran.secs,
+        peak_kib >> 10
+    );
+}

@@ -77,6 +77,12 @@ impl Budget {
         }
     }
 
+    /// Charges one page even past the limit (the evictor gives it back).
+    pub fn charge_past_limit(&self) {
+        let now = self.charged.fetch_add(1, Ordering::AcqRel) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
     /// Charges one page, waiting for the evictor while DRAM is full.
     /// `kick` wakes the evictor; it is called before every wait.
     pub fn charge(&self, kick: impl Fn()) -> bool {

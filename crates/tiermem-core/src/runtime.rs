@@ -183,6 +183,13 @@ impl Shared {
 
     /// Charges a page against the budget, waiting for the evictor if DRAM is full.
     pub fn charge_one_page(&self) {
+        if self.pause.requested() {
+            // The evictor is parked for a fork, and the forking thread's
+            // faults must not wait for it: these few pages go past the
+            // budget, and the evictor takes them back after the fork.
+            self.budget.charge_past_limit();
+            return;
+        }
         if self.budget.charge(|| self.kick_evictor()) {
             Counters::add(&self.counters.budget_waits, 1);
         }

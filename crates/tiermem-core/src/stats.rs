@@ -30,6 +30,8 @@ pub struct Counters {
     pub duplicate_faults: AtomicU64,
     pub budget_waits: AtomicU64,
     pub unexpected_present: AtomicU64,
+    /// Faults of the forking thread served while the runtime was paused for a fork.
+    pub fork_window_faults: AtomicU64,
     pub bad_accesses: AtomicU64,
     /// Pages a miss evicted from its full set (set-associative placement).
     pub conflict_evictions: AtomicU64,
@@ -161,6 +163,8 @@ pub struct Stats {
     /// Faults that had to wait for the evictor to free DRAM.
     pub budget_waits: u64,
     pub unexpected_present: u64,
+    /// Faults of the forking thread served while the runtime was paused for a fork.
+    pub fork_window_faults: u64,
     /// Accesses to tiered addresses outside any live allocation.
     pub bad_accesses: u64,
     /// Pages a miss evicted from its full set (set-associative placement).
@@ -229,6 +233,7 @@ impl Counters {
         s.duplicate_faults = self.duplicate_faults.load(Relaxed);
         s.budget_waits = self.budget_waits.load(Relaxed);
         s.unexpected_present = self.unexpected_present.load(Relaxed);
+        s.fork_window_faults = self.fork_window_faults.load(Relaxed);
         s.bad_accesses = self.bad_accesses.load(Relaxed);
         s.conflict_evictions = self.conflict_evictions.load(Relaxed);
         s.write_throughs = self.write_throughs.load(Relaxed);

@@ -35,12 +35,14 @@
 //! and one ring handler, fed by the faulting threads, only reads ahead.
 
 mod conflict;
+mod fork_window;
 mod readahead;
 mod ring;
 pub(crate) mod signal;
 mod sync;
 mod write_prediction;
 
+pub(crate) use fork_window::park_serving;
 pub(crate) use signal::SignalSlots;
 pub(crate) use write_prediction::WritePrediction;
 
@@ -569,7 +571,12 @@ fn resolve_write_to_clean(rt: &Shared, page: PageNo) -> bool {
                 {
                     continue;
                 }
-                if let Err(e) = rt.uffd.write_protect(addr, rt.page_size, false) {
+                let lifted = if fork_window::installs_wake() {
+                    rt.uffd.write_protect(addr, rt.page_size, false)
+                } else {
+                    rt.uffd.unprotect_quietly(addr, rt.page_size)
+                };
+                if let Err(e) = lifted {
                     rt.fatal(&format!(
                         "lifting write protection of page {page} failed: {e}"
                     ));
@@ -619,6 +626,7 @@ fn install_pages(
 ) {
     let addr = rt.page_addr(first);
     let len = count * rt.page_size;
+    let wake = wake && fork_window::installs_wake();
     let mut done = 0;
     while done < len {
         // SAFETY: `src` holds `len` bytes of runtime-owned buffers, and

@@ -177,7 +177,7 @@ impl<'a> RingHandler<'a> {
             if pause && self.rt.pause.requested() {
                 // A forked child must not inherit a page mid-read.
                 self.drain();
-                self.rt.pause.park();
+                super::park_serving(self.rt);
             }
             self.check_markers();
             self.take_requested_windows();

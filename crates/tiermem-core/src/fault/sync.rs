@@ -31,7 +31,7 @@ pub(crate) fn run(rt: &Shared) {
             Wake::Stop => break,
             Wake::Pause => {
                 if rt.pause.requested() {
-                    rt.pause.park();
+                    super::park_serving(rt);
                 }
                 continue;
             }

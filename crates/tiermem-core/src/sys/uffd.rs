@@ -17,6 +17,8 @@ const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
 
 /// `UFFDIO_WRITEPROTECT_MODE_WP` (missing from the bindings).
 const WRITEPROTECT_MODE_WP: u64 = 1;
+/// `UFFDIO_WRITEPROTECT_MODE_DONTWAKE`: clear without waking the writer.
+const WRITEPROTECT_MODE_DONTWAKE: u64 = 2;
 
 /// Test hook: pretend userfaultfd is not permitted (see the bad-input tests).
 pub const ENV_DENY_UFFD_FOR_TESTS: &str = "TIERMEM_TEST_DENY_UFFD";
@@ -250,12 +252,22 @@ impl Uffd {
     /// Sets (`protect`) or clears write protection on a range. Clearing wakes
     /// the threads waiting on it.
     pub fn write_protect(&self, start: usize, len: usize, protect: bool) -> io::Result<()> {
+        self.write_protect_mode(start, len, if protect { WRITEPROTECT_MODE_WP } else { 0 })
+    }
+
+    /// Clears write protection on a range without waking the threads
+    /// waiting on it (the caller wakes them later).
+    pub fn unprotect_quietly(&self, start: usize, len: usize) -> io::Result<()> {
+        self.write_protect_mode(start, len, WRITEPROTECT_MODE_DONTWAKE)
+    }
+
+    fn write_protect_mode(&self, start: usize, len: usize, mode: u64) -> io::Result<()> {
         let mut arg = uapi::uffdio_writeprotect {
             range: uapi::uffdio_range {
                 start: start as u64,
                 len: len as u64,
             },
-            mode: if protect { WRITEPROTECT_MODE_WP } else { 0 },
+            mode,
         };
         loop {
             // SAFETY: `arg` is a valid uffdio_writeprotect.
