@@ -203,6 +203,7 @@ mod tests {
             warmup_s: 3.0,
             seed: 1,
             workload: Workload::Pattern,
+            data: Default::default(),
         }
     }
 

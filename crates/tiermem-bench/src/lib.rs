@@ -11,6 +11,7 @@ pub mod device_ref;
 pub mod histogram;
 pub mod hit_ratio;
 pub mod kernel_swap;
+pub mod page_data;
 pub mod pattern;
 pub mod report;
 pub mod result;

@@ -647,6 +647,7 @@ mod tests {
                 },
                 &format!("{} counters", mode.name()),
             ),
+            first_touch_s: None,
             scan_resistance: None,
             counters: BTreeMap::new(),
             notes: Vec::new(),

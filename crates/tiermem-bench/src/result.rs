@@ -103,4 +103,17 @@ pub struct ModeResult {
     pub counters: BTreeMap<String, f64>,
     /// Why a mode was skipped or what to keep in mind when reading it.
     pub notes: Vec<String>,
+    /// Seconds the first touch of the whole working set took (stamping
+    /// every page with its contents, in order, on one thread).
+    #[serde(default)]
+    pub first_touch_s: Option<f64>,
+}
+
+impl ModeResult {
+    /// Pages per second of the first touch, when it was timed.
+    pub fn first_touch_pages_per_sec(&self) -> Option<f64> {
+        let secs = self.first_touch_s.filter(|s| *s > 0.0)?;
+        let pages = self.verify.pages_checked as f64;
+        (pages > 0.0).then(|| pages / secs)
+    }
 }

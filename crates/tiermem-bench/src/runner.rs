@@ -57,6 +57,7 @@ pub fn skipped(mode: Mode, why: String) -> ModeResult {
         scan_resistance: None,
         counters: Default::default(),
         notes: vec![format!("skipped: {why}")],
+        first_touch_s: None,
     }
 }
 

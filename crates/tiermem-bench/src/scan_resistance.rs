@@ -135,7 +135,7 @@ pub(crate) fn run(
     set: &dyn WorkingSet,
 ) -> anyhow::Result<ModeResult> {
     shape.validate(spec.working_set_bytes / spec.page_size.max(1))?;
-    let pages = Pages::new(set, spec.page_size as usize, shape.total_pages());
+    let pages = Pages::new(set, spec.page_size as usize, shape.total_pages(), spec.data);
     // Scan region first, hot set last, so the hot set starts out as the most
     // recently written data; then two reads of it, so it is also referenced.
     stamp_pages(&pages, shape.hot_pages..shape.total_pages());
@@ -200,6 +200,7 @@ pub(crate) fn run(
         }),
         counters: set.counters().into_iter().collect(),
         notes: Vec::new(),
+        first_touch_s: None,
     })
 }
 

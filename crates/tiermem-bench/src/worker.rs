@@ -5,7 +5,9 @@
 //! Each access touches one 8-byte word of one page, as pmbench does, and is
 //! timed. Every page carries a stamp: its identity in its first and last
 //! words and a version that writes bump with an atomic max, so concurrent
-//! writers agree on the final value. At the end every page is verified.
+//! writers agree on the final value. The words between hold the chosen
+//! contents (`--data`, see `page_data`). At the end every word of every
+//! page is verified.
 //!
 //! Misses are counted by the mode itself (see `hit_ratio`), read just before
 //! the measured phase starts and just after it ends.
@@ -18,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::histogram::LatencyHistogram;
 use crate::hit_ratio::{HitRatio, MissCount, MissCounters};
+use crate::page_data::PageData;
 use crate::pattern::{PageSampler, Pattern};
 use crate::result::{Mode, ModeResult, VerifyReport};
 use crate::scan_resistance::{self, ScanShape};
@@ -41,6 +44,9 @@ pub struct WorkloadSpec {
     /// What the accesses do; older specs without it mean `Pattern`.
     #[serde(default)]
     pub workload: Workload,
+    /// What fills the pages; older specs without it mean zeros.
+    #[serde(default)]
+    pub data: PageData,
 }
 
 impl WorkloadSpec {
@@ -57,6 +63,7 @@ impl WorkloadSpec {
             warmup_s: 0.0,
             seed,
             workload: Workload::ScanResistance(shape),
+            data: PageData::default(),
         }
     }
 }
@@ -124,6 +131,7 @@ pub(crate) struct Pages {
     base: *mut u8,
     page_size: usize,
     count: u64,
+    data: PageData,
     expected: Vec<AtomicU64>,
 }
 
@@ -132,12 +140,14 @@ pub(crate) struct Pages {
 unsafe impl Sync for Pages {}
 
 impl Pages {
-    /// The `count` pages of `page_size` bytes at `set.base()`, not stamped yet.
-    pub(crate) fn new(set: &dyn WorkingSet, page_size: usize, count: u64) -> Pages {
+    /// The `count` pages of `page_size` bytes at `set.base()`, not stamped
+    /// yet, to be filled with `data`.
+    pub(crate) fn new(set: &dyn WorkingSet, page_size: usize, count: u64, data: PageData) -> Pages {
         Pages {
             base: set.base(),
             page_size,
             count,
+            data,
             expected: (0..count).map(|_| AtomicU64::new(1)).collect(),
         }
     }
@@ -150,11 +160,28 @@ impl Pages {
         unsafe { &*(self.base.add(page as usize * self.page_size + index * 8) as *const AtomicU64) }
     }
 
+    fn last_word(&self) -> usize {
+        self.page_size / 8 - 1
+    }
+
+    /// Writes the page's stamp and its contents: its first touch.
     pub(crate) fn stamp(&self, page: u64) {
         self.word(page, 0).store(tag(page), Ordering::Relaxed);
         self.word(page, 1).store(1, Ordering::Relaxed);
-        self.word(page, self.page_size / 8 - 1)
+        if self.data != PageData::Zero {
+            for i in 2..self.last_word() {
+                self.word(page, i)
+                    .store(self.data.word(page, i), Ordering::Relaxed);
+            }
+        }
+        self.word(page, self.last_word())
             .store(tag(page), Ordering::Relaxed);
+    }
+
+    /// Whether every word between the stamp words holds its contents.
+    fn contents_intact(&self, page: u64) -> bool {
+        (2..self.last_word())
+            .all(|i| self.word(page, i).load(Ordering::Relaxed) == self.data.word(page, i))
     }
 
     #[inline]
@@ -174,12 +201,14 @@ impl Pages {
         };
         for p in 0..self.count {
             let head = self.word(p, 0).load(Ordering::Relaxed);
-            let tail = self.word(p, self.page_size / 8 - 1).load(Ordering::Relaxed);
+            let tail = self.word(p, self.last_word()).load(Ordering::Relaxed);
             let version = self.word(p, 1).load(Ordering::Relaxed);
             let bad = if head != tag(p) || tail != tag(p) {
                 r.lost += 1;
                 true
-            } else if version != self.expected[p as usize].load(Ordering::Relaxed) {
+            } else if version != self.expected[p as usize].load(Ordering::Relaxed)
+                || !self.contents_intact(p)
+            {
                 r.corrupted += 1;
                 true
             } else {
@@ -229,8 +258,10 @@ fn run_pattern_workload(
     let pattern: Pattern = spec.pattern.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let count = spec.working_set_bytes / spec.page_size;
     anyhow::ensure!(count > 0, "the working set holds no page");
-    let pages = Pages::new(set, spec.page_size as usize, count);
+    let pages = Pages::new(set, spec.page_size as usize, count, spec.data);
+    let first_touch = Instant::now();
     stamp_pages(&pages, 0..count);
+    let first_touch_s = first_touch.elapsed().as_secs_f64();
     let measured = measure(&pages, set, &pattern, spec);
     let verify = verify_with_progress(&pages);
     let accesses = measured.reads + measured.writes;
@@ -249,6 +280,7 @@ fn run_pattern_workload(
         scan_resistance: None,
         counters: set.counters().into_iter().collect(),
         notes: set.notes(),
+        first_touch_s: Some(first_touch_s),
     };
     match measured.misses {
         Ok((count, source)) => result.hit_ratio = HitRatio::new(accesses, count, source),
@@ -635,11 +667,34 @@ mod tests {
             warmup_s: 0.0,
             seed: 7,
             workload: Workload::Pattern,
+            data: PageData::Random,
         };
         let set = AnonymousSet::new(spec.working_set_bytes, None).unwrap();
         let result = run_workload(Mode::Dram, &spec, &set).unwrap();
         assert!(result.accesses >= 2 * 64, "{} accesses", result.accesses);
         assert_eq!(result.verify.lost + result.verify.corrupted, 0);
+        assert!(result.first_touch_s.is_some_and(|s| s > 0.0));
+    }
+
+    /// Verification reads every word of every page: one byte changed in
+    /// the middle of one page, away from the stamp words, is found, for
+    /// each kind of contents.
+    #[test]
+    fn one_changed_byte_anywhere_in_a_page_is_found() {
+        for data in PageData::ALL {
+            let set = AnonymousSet::new(64 * 4096, None).unwrap();
+            let pages = Pages::new(&set, 4096, 64, data);
+            stamp_pages(&pages, 0..64);
+            assert!(
+                pages.verify().is_clean(),
+                "{data}: clean pages reported bad"
+            );
+            // SAFETY: byte 2049 of page 37 lies inside the 64-page set.
+            unsafe { *set.base().add(37 * 4096 + 2049) ^= 0x10 };
+            let report = pages.verify();
+            assert_eq!(report.corrupted, 1, "{data}");
+            assert_eq!(report.first_bad_page, Some(37), "{data}");
+        }
     }
 
     #[test]

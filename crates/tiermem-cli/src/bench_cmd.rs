@@ -5,10 +5,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+
+use crate::bench_suite;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tiermem_bench::device_limit::device_limit;
 use tiermem_bench::device_ref::measure_device_ref;
+use tiermem_bench::page_data::PageData;
 use tiermem_bench::report::{self, DeviceRef};
 use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
@@ -20,6 +23,8 @@ use tiermem_core::{parse_size, Config, FaultDelivery, PolicyKind};
 
 /// Working set of the pattern workload when `--working-set` is not given.
 const DEFAULT_WORKING_SET: &str = "1G";
+/// The suite's working set, as a multiple of the budget.
+const SUITE_WORKING_SET_FACTOR: u64 = 4;
 
 /// A pmbench-style paging benchmark.
 ///
@@ -91,8 +96,30 @@ const DEFAULT_WORKING_SET: &str = "1G";
 /// Every page is stamped before the run and verified after it: lost or
 /// corrupted pages are reported, and the exit status is 3 if there are any.
 ///
+/// Page contents (--data): every page is filled with `random` bytes
+/// (incompressible; the default) or left `zero` beyond its stamp words, and
+/// verification compares every word of every page. The contents are named
+/// in every report: a pager that compresses or drops zero pages is
+/// flattered by zeros.
+///
+/// First touch: filling the whole working set, in order, on one thread,
+/// before the warm-up, is timed and reported as "first touch" pages/s.
+///
+/// --suite runs the random-access matrix against kernel swap in one
+/// command: uniform write-only (1 thread), uniform 50% reads (1 and 2
+/// threads), zipf(0.99) 50% reads, and a sequential scan, each with tiermem
+/// and kernel swap one after the other, the order alternating from case to
+/// case, the device measured before each case. The working set is 4x the
+/// budget unless --working-set says otherwise; --pattern, --threads,
+/// --read-ratio and --workload are set by each case and refused. One table
+/// gives pages/s, the ratio against kernel swap and its target, hit ratios,
+/// miss latency p50/p99, each mode's share of the device limit, the first
+/// touch and the verification of every page. With the default 10 s per mode
+/// it takes about 3 minutes.
+///
 /// Examples:
 ///   tiermem bench                                   (1 GiB in 256 MiB, all modes)
+///   tiermem bench --suite --dram 512M               (2 GiB in 512 MiB, the matrix)
 ///   tiermem bench --working-set 4G --dram 1G --read-ratio 0 --duration 30
 ///   tiermem bench --pattern zipf:0.99 --threads 2 --modes tiermem,kernel-swap --json
 ///   tiermem bench --workload scan-resistance --dram 256M --policy s3fifo
@@ -134,15 +161,23 @@ pub struct BenchArgs {
         env = "TIERMEM_FAULTS"
     )]
     faults: FaultDelivery,
-    /// Application threads accessing the working set (scan-resistance: 1).
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// Percentage of accesses that are reads (0 = write-only).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
-    read_ratio: u32,
-    /// uniform, zipf[:THETA], sequential, normal[:SIGMA], pareto[:SHAPE].
-    #[arg(long, default_value = "uniform")]
-    pattern: String,
+    /// Application threads accessing the working set [default: 1]
+    /// (scan-resistance: 1).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Percentage of accesses that are reads (0 = write-only) [default: 50].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100))]
+    read_ratio: Option<u32>,
+    /// uniform, zipf[:THETA], sequential, normal[:SIGMA], pareto[:SHAPE]
+    /// [default: uniform].
+    #[arg(long)]
+    pattern: Option<String>,
+    /// Page contents: random (incompressible) or zero (see above).
+    #[arg(long, value_enum, default_value_t = DataArg::Random)]
+    data: DataArg,
+    /// Run the random-access matrix against kernel swap (see above).
+    #[arg(long)]
+    suite: bool,
     /// Measured seconds per mode.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
@@ -175,6 +210,24 @@ pub struct BenchArgs {
     seed: u64,
 }
 
+/// The `--data` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DataArg {
+    /// Pseudo-random bytes: incompressible.
+    Random,
+    /// Zeros beyond the stamp words.
+    Zero,
+}
+
+impl From<DataArg> for PageData {
+    fn from(d: DataArg) -> PageData {
+        match d {
+            DataArg::Random => PageData::Random,
+            DataArg::Zero => PageData::Zero,
+        }
+    }
+}
+
 /// The `--workload` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum WorkloadKind {
@@ -204,8 +257,10 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         working_set >= page_size,
         "--working-set must hold at least one page"
     );
-    anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
-    args.pattern
+    let threads = args.threads.unwrap_or(1);
+    anyhow::ensure!(threads >= 1, "--threads must be at least 1");
+    let pattern = args.pattern.clone().unwrap_or_else(|| "uniform".into());
+    pattern
         .parse::<tiermem_bench::pattern::Pattern>()
         .map_err(anyhow::Error::msg)?;
     let modes = if args.modes.is_empty() {
@@ -227,13 +282,14 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         workload: WorkloadSpec {
             working_set_bytes: working_set,
             page_size,
-            threads: args.threads,
-            read_percent: args.read_ratio,
-            pattern: args.pattern.clone(),
+            threads,
+            read_percent: args.read_ratio.unwrap_or(50),
+            pattern,
             duration_s: args.duration,
             warmup_s: args.warmup,
             seed: args.seed,
             workload,
+            data: args.data.into(),
         },
         modes,
         tiermem,
@@ -247,6 +303,23 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
 /// refused rather than silently ignored.
 fn workload_and_working_set(args: &BenchArgs, tiermem: &Config) -> anyhow::Result<(Workload, u64)> {
     match args.workload {
+        WorkloadKind::Pattern if args.suite => {
+            for (flag, given) in [
+                ("--pattern", args.pattern.is_some()),
+                ("--threads", args.threads.is_some()),
+                ("--read-ratio", args.read_ratio.is_some()),
+            ] {
+                anyhow::ensure!(
+                    !given,
+                    "{flag} does not apply to --suite: each case of the matrix sets it"
+                );
+            }
+            let working_set = match &args.working_set {
+                Some(text) => size("--working-set", text)?,
+                None => tiermem.dram_budget * SUITE_WORKING_SET_FACTOR,
+            };
+            Ok((Workload::Pattern, working_set))
+        }
         WorkloadKind::Pattern => {
             let text = args.working_set.as_deref().unwrap_or(DEFAULT_WORKING_SET);
             Ok((Workload::Pattern, size("--working-set", text)?))
@@ -258,7 +331,11 @@ fn workload_and_working_set(args: &BenchArgs, tiermem: &Config) -> anyhow::Resul
                  follow --dram (hot set half of it, scan twice it)"
             );
             anyhow::ensure!(
-                args.threads == 1,
+                !args.suite,
+                "--suite runs the pattern workloads; drop --workload scan-resistance"
+            );
+            anyhow::ensure!(
+                args.threads.unwrap_or(1) == 1,
                 "--workload scan-resistance runs one thread (a scan and a hot set read \
                  in turn); drop --threads"
             );
@@ -278,6 +355,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
         // The device check runs on this thread: measure where the workers run.
         tiermem_core::sys::thread::restrict_current_thread(&placement.cpus)
             .context("restricting the bench to --cpus")?;
+    }
+    if args.suite {
+        return run_suite(args, &plan);
     }
     let device = if args.no_device_check {
         None
@@ -303,11 +383,45 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     Ok(if clean { 0 } else { 3 })
 }
 
+/// `--suite`: every case of the matrix, one table (or one JSON object).
+fn run_suite(args: &BenchArgs, plan: &BenchPlan) -> anyhow::Result<i32> {
+    let quiet = args.json || !std::io::stdout().is_terminal();
+    if !args.json {
+        let modes = if args.modes.is_empty() {
+            2
+        } else {
+            args.modes.len()
+        };
+        eprintln!(
+            "tiermem bench --suite: {} cases, about {:.0} minutes",
+            bench_suite::CASES.len(),
+            bench_suite::estimate(plan, modes).as_secs_f64() / 60.0
+        );
+    }
+    let runs = bench_suite::run_suite(plan, &args.modes, args.no_device_check, quiet);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&bench_suite::to_json(plan, &runs))?
+        );
+    } else {
+        print!("{}", bench_suite::render(plan, &runs));
+        if let Some(note) = IdleWait::read().note() {
+            println!("\nnote: {note}");
+        }
+    }
+    let clean = runs
+        .iter()
+        .flat_map(|r| &r.results)
+        .all(|r| r.verify.is_clean());
+    Ok(if clean { 0 } else { 3 })
+}
+
 /// The device reference of this run: the QD1 read latency, and for a
 /// sequential pattern the sequential read bandwidth, both measured now, in
 /// the backing store's directory (or /var/tmp), so that a noisy device is
 /// compared with itself. A failed measurement is reported and left out.
-fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
+pub(crate) fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
     let dir = device_check_dir(&plan.tiermem.backing);
     let mut device = match measure_device_ref(&dir, Duration::from_secs(2), page_reads(plan)) {
         Ok(d) => d,
@@ -433,7 +547,7 @@ fn measure_seq_read(dir: &std::path::Path) -> anyhow::Result<(f64, String)> {
     Ok((job.mb_s, how))
 }
 
-fn progress_bar(show: bool) -> Option<ProgressBar> {
+pub(crate) fn progress_bar(show: bool) -> Option<ProgressBar> {
     if !show {
         return None;
     }
@@ -452,6 +566,22 @@ fn print_human(
     println!("{}", headline(plan));
     println!();
     print!("{}", report::render_table(results, device));
+    let touches: Vec<String> = results
+        .iter()
+        .filter_map(|r| {
+            Some(format!(
+                "{} {:.0}",
+                r.mode.name(),
+                r.first_touch_pages_per_sec()?
+            ))
+        })
+        .collect();
+    if !touches.is_empty() {
+        println!(
+            "first touch (pages/s, one thread, in order): {}",
+            touches.join(", ")
+        );
+    }
     if let Some(note) = IdleWait::read().note() {
         println!("\nnote: {note}");
     }
@@ -481,9 +611,10 @@ fn workload_line(plan: &BenchPlan) -> String {
     let policy = plan.tiermem.policy;
     match w.workload {
         Workload::Pattern => format!(
-            "tiermem bench: working set {}, budget {budget}, page {page}, {} thread(s), \
+            "tiermem bench: working set {}, budget {budget}, page {page} of {} bytes, {} thread(s), \
              {}% reads, {}, {}s (+{}s warm-up), policy {policy}{}",
             report::human_bytes(w.working_set_bytes),
+            w.data,
             w.threads,
             w.read_percent,
             w.pattern,
@@ -511,13 +642,14 @@ fn faults_note(plan: &BenchPlan) -> &'static str {
 
 /// The per-mode JSON summary: speed, latency, hit ratios and the raw
 /// counts behind them.
-fn json_summary(r: &ModeResult, device: Option<&DeviceRef>) -> serde_json::Value {
+pub(crate) fn json_summary(r: &ModeResult, device: Option<&DeviceRef>) -> serde_json::Value {
     let hit = r.hit_ratio.as_ref();
     let scan = r.scan_resistance.as_ref();
     let device_seq = device.and_then(|d| d.seq_read_mb_s);
     serde_json::json!({
         "mode": r.mode.name(),
         "pages_per_sec": r.pages_per_sec,
+        "first_touch_pages_per_sec": r.first_touch_pages_per_sec(),
         "mb_per_sec": r.mb_per_sec(),
         "of_device_limit": device
             .and_then(|d| d.limit.as_ref())

@@ -1,6 +1,7 @@
 //! `tiermem`: the command-line front end.
 
 mod bench_cmd;
+mod bench_suite;
 mod device_cmd;
 mod probe_cmd;
 mod redis_bench;

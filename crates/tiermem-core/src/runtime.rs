@@ -60,7 +60,11 @@ pub(crate) struct Shared {
     pub frames: FramePool,
     /// What faulting threads read pages with, under signal delivery.
     pub signal_slots: Option<SignalSlots>,
-    pub zero_page: Mapping,
+    /// Zeros for a first touch and the pages filled ahead of it: never
+    /// written, so it costs no memory.
+    pub zero_run: Mapping,
+    /// Where a run of first touches in order is going (`fault::zero_ahead`).
+    pub zero_stream: crate::fault::ZeroStream,
     pub counters: Counters,
     pub fault_latency: LatencyHistogram,
     /// Demand page-ins only: from reading the fault to installing the page.
@@ -364,7 +368,12 @@ impl Runtime {
             write_prediction: WritePrediction::for_config(&config),
             frames,
             signal_slots: signals.then(|| SignalSlots::new(&config)).transpose()?,
-            zero_page: Mapping::reserve_aligned(page_size, page_size, "allocating the zero page")?,
+            zero_run: Mapping::reserve_aligned(
+                (crate::fault::ZERO_AHEAD_MAX as usize + 1) * page_size,
+                page_size,
+                "reserving zeros for first touches",
+            )?,
+            zero_stream: crate::fault::ZeroStream::new(),
             counters: Counters::default(),
             fault_latency: LatencyHistogram::default(),
             page_in_latency: LatencyHistogram::default(),

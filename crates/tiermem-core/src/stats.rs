@@ -32,6 +32,8 @@ pub struct Counters {
     pub unexpected_present: AtomicU64,
     /// Faults of the forking thread served while the runtime was paused for a fork.
     pub fork_window_faults: AtomicU64,
+    /// Untouched pages zero-filled ahead of a run of first touches in order.
+    pub zero_fills_ahead: AtomicU64,
     pub bad_accesses: AtomicU64,
     /// Pages a miss evicted from its full set (set-associative placement).
     pub conflict_evictions: AtomicU64,
@@ -165,6 +167,8 @@ pub struct Stats {
     pub unexpected_present: u64,
     /// Faults of the forking thread served while the runtime was paused for a fork.
     pub fork_window_faults: u64,
+    /// Untouched pages zero-filled ahead of a run of first touches in order.
+    pub zero_fills_ahead: u64,
     /// Accesses to tiered addresses outside any live allocation.
     pub bad_accesses: u64,
     /// Pages a miss evicted from its full set (set-associative placement).
@@ -234,6 +238,7 @@ impl Counters {
         s.budget_waits = self.budget_waits.load(Relaxed);
         s.unexpected_present = self.unexpected_present.load(Relaxed);
         s.fork_window_faults = self.fork_window_faults.load(Relaxed);
+        s.zero_fills_ahead = self.zero_fills_ahead.load(Relaxed);
         s.bad_accesses = self.bad_accesses.load(Relaxed);
         s.conflict_evictions = self.conflict_evictions.load(Relaxed);
         s.write_throughs = self.write_throughs.load(Relaxed);

@@ -41,10 +41,12 @@ mod ring;
 pub(crate) mod signal;
 mod sync;
 mod write_prediction;
+mod zero_ahead;
 
 pub(crate) use fork_window::park_serving;
 pub(crate) use signal::SignalSlots;
 pub(crate) use write_prediction::WritePrediction;
+pub(crate) use zero_ahead::{ZeroStream, MAX_WINDOW as ZERO_AHEAD_MAX};
 
 use crate::io_config::IoEngine;
 use crate::organization::Inclusion;
@@ -521,11 +523,20 @@ fn publish_read(rt: &Shared, read: &PageRead) {
 /// so it counts as dirty until eviction finds it still all-zero. Under
 /// write-through a read installs it protected and clean instead, so that
 /// only pages really written are copied out (eviction finds it all-zero).
+///
+/// A fill that continues a run of first touches in order brings the pages
+/// after it in too, with the same call ([`zero_ahead`]).
 fn install_zeros(rt: &Shared, page: PageNo, write: bool) {
     let dirty = write || rt.written.is_none();
-    install(rt, page, rt.zero_page.as_ptr(), !dirty);
-    Counters::add(&rt.counters.zero_fills, 1);
+    let ahead = if dirty {
+        zero_ahead::claim_after(rt, page)
+    } else {
+        0
+    };
+    install_pages(rt, page, 1 + ahead, rt.zero_run.as_ptr(), !dirty, true);
+    Counters::add(&rt.counters.zero_fills, 1 + ahead as u64);
     finish_resident(rt, page, PageState::FREE.with_dirty(dirty), false);
+    zero_ahead::finish_after(rt, page, ahead);
 }
 
 fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState, write: bool) {

@@ -1,0 +1,437 @@
+//! `tiermem bench --suite`: the random-access matrix against kernel swap,
+//! in one command.
+//!
+//! Each case runs tiermem and kernel swap one after the other, the order
+//! alternating from case to case so that a device that drifts during the
+//! run weighs on both alike. The device is measured before each case, as a
+//! single `tiermem bench` run does. One table gives every ratio against
+//! kernel swap, the target it is held to, and the share of the device limit.
+
+use std::time::Duration;
+
+use tiermem_bench::report::{self, DeviceRef};
+use tiermem_bench::result::{Mode, ModeResult};
+use tiermem_bench::runner::{run_plan, BenchPlan};
+
+use crate::bench_cmd::{check_device, json_summary, progress_bar};
+
+/// One workload of the matrix and what tiermem must reach on it.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub name: &'static str,
+    pub pattern: &'static str,
+    pub threads: usize,
+    pub read_percent: u32,
+    pub target: Target,
+}
+
+/// What a case is held to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Target {
+    /// pages/s at least this multiple of kernel swap's.
+    Speedup(f64),
+    /// pages/s at least this multiple of kernel swap's, and a hit ratio at
+    /// least kernel swap's.
+    SpeedupAndHitRatio(f64),
+    /// MB/s at least this share of the device's sequential read.
+    DeviceSeqShare(f64),
+}
+
+impl Target {
+    fn describe(self) -> String {
+        match self {
+            Target::Speedup(x) => format!(">= {x:.1}x"),
+            Target::SpeedupAndHitRatio(x) => format!(">= {x:.1}x, hits >= ks"),
+            Target::DeviceSeqShare(s) => format!(">= {:.0}% of dev seq", s * 100.0),
+        }
+    }
+}
+
+/// The matrix: the random-access workloads kernel swap is to be beaten on,
+/// and the scan that must not suffer for it.
+pub const CASES: [Case; 5] = [
+    Case {
+        name: "uniform, write-only, 1 thread",
+        pattern: "uniform",
+        threads: 1,
+        read_percent: 0,
+        target: Target::Speedup(1.0),
+    },
+    Case {
+        name: "uniform, 50% reads, 1 thread",
+        pattern: "uniform",
+        threads: 1,
+        read_percent: 50,
+        target: Target::Speedup(1.0),
+    },
+    Case {
+        name: "uniform, 50% reads, 2 threads",
+        pattern: "uniform",
+        threads: 2,
+        read_percent: 50,
+        target: Target::Speedup(1.2),
+    },
+    Case {
+        name: "zipf(0.99), 50% reads, 1 thread",
+        pattern: "zipf:0.99",
+        threads: 1,
+        read_percent: 50,
+        target: Target::SpeedupAndHitRatio(1.2),
+    },
+    Case {
+        name: "sequential scan, reads, 1 thread",
+        pattern: "sequential",
+        threads: 1,
+        read_percent: 100,
+        target: Target::DeviceSeqShare(0.7),
+    },
+];
+
+/// The miss-latency targets, checked on every random-access case: p50 at
+/// most kernel swap's + 5 µs, p99 at most 1.5x kernel swap's.
+const MISS_P50_SLACK_NS: f64 = 5_000.0;
+const MISS_P99_FACTOR: f64 = 1.5;
+/// First touch of the working set: at least kernel swap's pages/s.
+const FIRST_TOUCH_TARGET: f64 = 1.0;
+
+/// One case as it ran.
+pub struct CaseRun {
+    pub case: Case,
+    pub device: Option<DeviceRef>,
+    pub results: Vec<ModeResult>,
+}
+
+impl CaseRun {
+    fn result(&self, mode: Mode) -> Option<&ModeResult> {
+        self.results
+            .iter()
+            .find(|r| r.mode == mode && r.accesses > 0)
+    }
+
+    fn pair(&self) -> Option<(&ModeResult, &ModeResult)> {
+        Some((self.result(Mode::Tiermem)?, self.result(Mode::KernelSwap)?))
+    }
+
+    fn speedup(&self) -> Option<f64> {
+        let (tm, ks) = self.pair()?;
+        (ks.pages_per_sec > 0.0).then(|| tm.pages_per_sec / ks.pages_per_sec)
+    }
+
+    fn seq_share(&self, mode: Mode) -> Option<f64> {
+        let mb_s = self.result(mode)?.mb_per_sec()?;
+        Some(mb_s / self.device.as_ref()?.seq_read_mb_s?)
+    }
+
+    fn hit_ratio(&self, mode: Mode) -> Option<f64> {
+        Some(self.result(mode)?.hit_ratio.as_ref()?.ratio)
+    }
+
+    /// Whether the case met its target; `None` when a figure is missing.
+    fn met(&self) -> Option<bool> {
+        match self.case.target {
+            Target::Speedup(x) => Some(self.speedup()? >= x),
+            Target::SpeedupAndHitRatio(x) => Some(
+                self.speedup()? >= x
+                    && self.hit_ratio(Mode::Tiermem)? >= self.hit_ratio(Mode::KernelSwap)?,
+            ),
+            Target::DeviceSeqShare(s) => Some(self.seq_share(Mode::Tiermem)? >= s),
+        }
+    }
+
+    fn is_random_access(&self) -> bool {
+        self.case.pattern != "sequential"
+    }
+
+    /// (p50 met, p99 met) of the miss latency against kernel swap's.
+    fn miss_latency_met(&self) -> Option<(bool, bool)> {
+        let (tm, ks) = self.pair()?;
+        let p = |r: &ModeResult, q| r.latency.percentile_at_least(r.slow_threshold_ns, q);
+        let (tm50, ks50) = (p(tm, 50.0)? as f64, p(ks, 50.0)? as f64);
+        let (tm99, ks99) = (p(tm, 99.0)? as f64, p(ks, 99.0)? as f64);
+        Some((
+            tm50 <= ks50 + MISS_P50_SLACK_NS,
+            tm99 <= ks99 * MISS_P99_FACTOR,
+        ))
+    }
+}
+
+/// The plan of one case: the base plan's settings with the case's pattern,
+/// threads and read ratio, modes in the given order.
+fn case_plan(base: &BenchPlan, case: &Case, modes: Vec<Mode>) -> BenchPlan {
+    let mut plan = base.clone();
+    plan.workload.pattern = case.pattern.into();
+    plan.workload.threads = case.threads;
+    plan.workload.read_percent = case.read_percent;
+    plan.modes = modes;
+    plan
+}
+
+/// Modes of case `index`: tiermem and kernel swap (and dram if asked),
+/// kernel swap first on every other case.
+fn case_modes(requested: &[Mode], index: usize) -> Vec<Mode> {
+    let mut modes: Vec<Mode> = if requested.is_empty() {
+        vec![Mode::Tiermem, Mode::KernelSwap]
+    } else {
+        requested.to_vec()
+    };
+    if index % 2 == 1 {
+        modes.reverse();
+    }
+    modes
+}
+
+/// Runs every case. `no_device_check` skips the device measurements.
+pub fn run_suite(
+    base: &BenchPlan,
+    requested: &[Mode],
+    no_device_check: bool,
+    quiet: bool,
+) -> Vec<CaseRun> {
+    let bar = progress_bar(!quiet);
+    let mut runs = Vec::new();
+    for (index, case) in CASES.iter().enumerate() {
+        let plan = case_plan(base, case, case_modes(requested, index));
+        if let Some(b) = &bar {
+            b.set_message(format!("{}/{} device", index + 1, CASES.len()));
+        }
+        let device = if no_device_check {
+            None
+        } else {
+            check_device(&plan)
+        };
+        let results = run_plan(&plan, &mut |mode, phase, done| {
+            if let Some(b) = &bar {
+                b.set_message(format!(
+                    "{}/{} {:<11} {phase}",
+                    index + 1,
+                    CASES.len(),
+                    mode.name()
+                ));
+                let whole = (index as f64 + done.clamp(0.0, 1.0)) / CASES.len() as f64;
+                b.set_position((whole * 1000.0) as u64);
+            }
+        });
+        runs.push(CaseRun {
+            case: *case,
+            device,
+            results,
+        });
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    runs
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |x| format!("{x:.2}x"))
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |x| format!("{:.1}%", x * 100.0))
+}
+
+fn verdict(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "-",
+    }
+}
+
+fn us(ns: Option<u64>) -> String {
+    ns.map_or_else(|| "-".into(), |ns| format!("{:.1}", ns as f64 / 1000.0))
+}
+
+fn miss_us(r: Option<&ModeResult>, q: f64) -> String {
+    us(r.and_then(|r| r.latency.percentile_at_least(r.slow_threshold_ns, q)))
+}
+
+fn of_limit(run: &CaseRun, mode: Mode) -> Option<f64> {
+    let r = run.result(mode)?;
+    if !run.is_random_access() {
+        return run.seq_share(mode);
+    }
+    let limit = run.device.as_ref()?.limit.as_ref()?.as_ref().ok()?;
+    Some(r.pages_per_sec / limit.pages_per_sec)
+}
+
+/// First-touch pages/s summed over the cases, tiermem against kernel swap.
+fn first_touch(runs: &[CaseRun]) -> (Option<f64>, Option<f64>) {
+    let total = |mode| -> Option<f64> {
+        let (mut pages, mut secs) = (0.0, 0.0);
+        for run in runs {
+            let r = run.result(mode)?;
+            pages += r.verify.pages_checked as f64;
+            secs += r.first_touch_s?;
+        }
+        (secs > 0.0).then(|| pages / secs)
+    };
+    (total(Mode::Tiermem), total(Mode::KernelSwap))
+}
+
+/// The suite's table, its first-touch and miss-latency lines, and a line
+/// on page verification.
+pub fn render(base: &BenchPlan, runs: &[CaseRun]) -> String {
+    let w = &base.workload;
+    let mut out = format!(
+        "tiermem bench --suite: working set {}, budget {}, page {}, {} page contents, \
+         {}s (+{}s warm-up) per mode and case, policy {}, modes alternating\n\n",
+        report::human_bytes(w.working_set_bytes),
+        report::human_bytes(base.tiermem.dram_budget),
+        report::human_bytes(w.page_size),
+        w.data,
+        w.duration_s,
+        w.warmup_s,
+        base.tiermem.policy,
+    );
+    out += &format!(
+        "{:<34} {:>11} {:>11} {:>7} {:>22} {:>7} {:>15} {:>17} {:>17} {:>15}\n",
+        "workload",
+        "tiermem p/s",
+        "kswap p/s",
+        "ratio",
+        "target",
+        "",
+        "hit ratio tm/ks",
+        "miss p50 us tm/ks",
+        "miss p99 us tm/ks",
+        "of limit tm/ks"
+    );
+    for run in runs {
+        let tm = run.result(Mode::Tiermem);
+        let ks = run.result(Mode::KernelSwap);
+        let speed = |r: Option<&ModeResult>| {
+            r.map_or_else(|| "-".into(), |r| format!("{:.0}", r.pages_per_sec))
+        };
+        out += &format!(
+            "{:<34} {:>11} {:>11} {:>7} {:>22} {:>7} {:>15} {:>17} {:>17} {:>15}\n",
+            run.case.name,
+            speed(tm),
+            speed(ks),
+            ratio(run.speedup()),
+            run.case.target.describe(),
+            verdict(run.met()),
+            format!(
+                "{}/{}",
+                pct(run.hit_ratio(Mode::Tiermem)),
+                pct(run.hit_ratio(Mode::KernelSwap))
+            ),
+            format!("{}/{}", miss_us(tm, 50.0), miss_us(ks, 50.0)),
+            format!("{}/{}", miss_us(tm, 99.0), miss_us(ks, 99.0)),
+            format!(
+                "{}/{}",
+                pct(of_limit(run, Mode::Tiermem)),
+                pct(of_limit(run, Mode::KernelSwap))
+            ),
+        );
+    }
+    let (tm_ft, ks_ft) = first_touch(runs);
+    let ft_ratio = tm_ft.zip(ks_ft).map(|(t, k)| t / k);
+    out += &format!(
+        "\nfirst touch of the working set (every case): tiermem {} p/s, kernel swap {} p/s, \
+         {} (target >= {FIRST_TOUCH_TARGET:.1}x: {})\n",
+        tm_ft.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+        ks_ft.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+        ratio(ft_ratio),
+        verdict(ft_ratio.map(|r| r >= FIRST_TOUCH_TARGET)),
+    );
+    let random: Vec<(bool, bool)> = runs
+        .iter()
+        .filter(|r| r.is_random_access())
+        .filter_map(CaseRun::miss_latency_met)
+        .collect();
+    out += &format!(
+        "miss latency (random-access cases): p50 <= kernel swap's + 5 us in {}/{}, \
+         p99 <= 1.5x kernel swap's in {}/{}\n",
+        random.iter().filter(|m| m.0).count(),
+        random.len(),
+        random.iter().filter(|m| m.1).count(),
+        random.len(),
+    );
+    let (checked, bad): (u64, u64) =
+        runs.iter()
+            .flat_map(|r| &r.results)
+            .fold((0, 0), |(c, b), r| {
+                (
+                    c + r.verify.pages_checked,
+                    b + r.verify.lost + r.verify.corrupted,
+                )
+            });
+    out += &format!(
+        "verification: {checked} pages checked word by word, {bad} lost or corrupted{}\n",
+        if bad == 0 { "" } else { "  <-- DATA LOSS" }
+    );
+    for run in runs {
+        for r in &run.results {
+            for note in &r.notes {
+                out += &format!("note ({}, {}): {note}\n", run.case.name, r.mode.name());
+            }
+        }
+    }
+    out
+}
+
+/// The suite as JSON: each case with its target, verdict and both modes'
+/// summaries, and the first-touch figures.
+pub fn to_json(base: &BenchPlan, runs: &[CaseRun]) -> serde_json::Value {
+    let cases: Vec<serde_json::Value> = runs
+        .iter()
+        .map(|run| {
+            let latency = run.miss_latency_met();
+            serde_json::json!({
+                "case": run.case.name,
+                "pattern": run.case.pattern,
+                "threads": run.case.threads,
+                "read_percent": run.case.read_percent,
+                "target": run.case.target.describe(),
+                "ratio_to_kernel_swap": run.speedup(),
+                "met": run.met(),
+                "miss_p50_met": latency.map(|l| l.0),
+                "miss_p99_met": latency.map(|l| l.1),
+                "device_qd1_read_us": run.device.as_ref().and_then(|d| d.qd1_read_latency_us),
+                "device_seq_read_mb_s": run.device.as_ref().and_then(|d| d.seq_read_mb_s),
+                "summary": run.results.iter().map(|r| json_summary(r, run.device.as_ref())).collect::<Vec<_>>(),
+                "results": run.results,
+            })
+        })
+        .collect();
+    let (tm_ft, ks_ft) = first_touch(runs);
+    serde_json::json!({
+        "suite": cases,
+        "working_set_bytes": base.workload.working_set_bytes,
+        "budget_bytes": base.tiermem.dram_budget,
+        "page_size": base.workload.page_size,
+        "data": base.workload.data,
+        "duration_s": base.workload.duration_s,
+        "first_touch_pages_per_sec": { "tiermem": tm_ft, "kernel_swap": ks_ft,
+            "ratio": tm_ft.zip(ks_ft).map(|(t, k)| t / k) },
+    })
+}
+
+/// How long the suite takes, roughly, for the help and a first message.
+pub fn estimate(base: &BenchPlan, modes: usize) -> Duration {
+    // First touch and verification run at roughly 100K pages/s each.
+    let pages = (base.workload.working_set_bytes / base.workload.page_size.max(1)) as f64;
+    let per_mode =
+        base.workload.duration_s + base.workload.warmup_s + 2.0 * pages / 100_000.0 + 2.0;
+    Duration::from_secs_f64(CASES.len() as f64 * (modes as f64 * per_mode + 4.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_alternate_which_mode_runs_first() {
+        assert_eq!(case_modes(&[], 0), vec![Mode::Tiermem, Mode::KernelSwap]);
+        assert_eq!(case_modes(&[], 1), vec![Mode::KernelSwap, Mode::Tiermem]);
+        assert_eq!(case_modes(&[Mode::Tiermem], 3), vec![Mode::Tiermem]);
+    }
+
+    #[test]
+    fn targets_name_their_threshold() {
+        assert_eq!(Target::Speedup(1.2).describe(), ">= 1.2x");
+        assert!(Target::DeviceSeqShare(0.7).describe().contains("70%"));
+    }
+}
