@@ -16,7 +16,11 @@
 //!   transition into the child;
 //! - the evictor is parked, so DRAM is charged past the budget for these few
 //!   pages ([`Shared::charge_one_page`]); it is given back after the fork;
-//! - nothing here allocates: the forking thread holds glibc's malloc lock.
+//! - the window's own buffers are allocated before the handler counts as
+//!   parked. Serving a fault may still allocate runtime memory from glibc's
+//!   heap (the policy's queue grows in blocks): glibc takes its malloc
+//!   fork lock last, right around the fork system call, and touches no
+//!   tiered memory while it holds it, so no fault is served then.
 //!
 //! Faults of every other thread are taken off the queue and left waiting.
 //! When the pause ends, one wake over the whole arena sends them back to
@@ -51,8 +55,8 @@ pub(crate) fn installs_wake() -> bool {
 /// A fault handler's safe point during a fork: parks it, serving the
 /// forking thread's faults until the pause ends.
 pub(crate) fn park_serving(rt: &Shared) {
-    // Everything is allocated before the handler counts as parked: once
-    // all have, the forking thread goes on to take glibc's malloc lock.
+    // The window's buffers are allocated before the handler counts as
+    // parked, while nothing of the fork holds glibc's locks yet.
     let mut window = match ForkWindow::new(rt) {
         Ok(window) => Some(window),
         Err(e) => {
