@@ -102,7 +102,11 @@ fn fail(e: &Error) {
 /// is printed once, so a bare NULL from tm_alloc is never a mystery.
 fn runtime() -> Option<&'static Runtime> {
     match global::get() {
-        Ok(rt) => Some(rt),
+        Ok(rt) => {
+            // A forked child must see the evicted memory too.
+            preload::fork::install();
+            Some(rt)
+        }
         Err(e) => {
             if !START_FAILURE_PRINTED.swap(true, Ordering::Relaxed) {
                 eprintln!("tiermem: {e}");
@@ -183,7 +187,10 @@ pub unsafe extern "C" fn tm_init(cfg: *const TmConfig) -> c_int {
     };
     let result = config.and_then(global::init);
     match result {
-        Ok(_) => 0,
+        Ok(_) => {
+            preload::fork::install();
+            0
+        }
         Err(e) => {
             let busy = global::running().is_some();
             fail(&e);

@@ -36,6 +36,36 @@ fn c_client_resolves_its_own_faults_by_signal() {
     let _ = std::fs::remove_dir_all(out_dir);
 }
 
+/// fork through the C API (no preload): with the region four times the
+/// budget, a child and a grandchild see every byte as it was at their fork,
+/// while another thread of the parent faults during the fork, and the
+/// parent keeps its own bytes. Without fork handlers for the API the child
+/// reads evicted pages as zeros. A hang is killed after two minutes.
+#[test]
+fn c_client_forks_with_evicted_pages() {
+    let (exe, lib, out_dir) = compile("api_fork");
+    let out = Command::new("timeout")
+        .args(["-k", "5", "120"])
+        .arg(&exe)
+        .arg("/var/tmp")
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .expect("running api_fork under timeout(1)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "api_fork hung: {stdout}{stderr}"
+    );
+    assert!(
+        out.status.success() && stdout.contains("api_fork: ok"),
+        "api_fork failed ({}): {stdout}{stderr}",
+        out.status
+    );
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
 /// Compiles tests/c/NAME.c against the header and the fresh libtiermem.so.
 /// Returns the executable, the library's directory and the scratch directory.
 fn compile(name: &str) -> (PathBuf, PathBuf, PathBuf) {

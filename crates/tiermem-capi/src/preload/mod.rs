@@ -11,7 +11,7 @@
 //! every interposed function forwards to glibc or the kernel unchanged.
 
 mod exit_stats;
-mod fork;
+pub(crate) mod fork;
 mod guard;
 pub mod libc_heap;
 mod malloc;
