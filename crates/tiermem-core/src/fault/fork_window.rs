@@ -40,6 +40,9 @@ use crate::sys::uffd::{message_buffer, Fault};
 const POLL_MS: i32 = 1;
 /// How long to wait before retrying a page someone else owns.
 const BUSY_RETRY: std::time::Duration = std::time::Duration::from_micros(20);
+/// Retries after which a page still owned by another thread is reported
+/// (about five seconds): the fork cannot go on without it.
+const BUSY_REPORT_AFTER: u32 = 250_000;
 
 thread_local! {
     /// Installs made by this thread leave the faulting thread asleep: the
@@ -127,6 +130,7 @@ impl<'a> ForkWindow<'a> {
         Counters::add(&rt.counters.fork_window_faults, 1);
         QUIET_INSTALLS.with(|q| q.set(true));
         if let Some(page) = begin_fault(rt, fault) {
+            let mut retries = 0u32;
             loop {
                 match resolve_fault(rt, page, fault) {
                     Missing::Resolved => break,
@@ -134,7 +138,18 @@ impl<'a> ForkWindow<'a> {
                         self.read_and_install(&read);
                         break;
                     }
-                    Missing::Busy => std::thread::sleep(BUSY_RETRY),
+                    Missing::Busy => {
+                        retries += 1;
+                        if retries == BUSY_REPORT_AFTER {
+                            eprintln!(
+                                "tiermem: fork stalls: the forking thread (tid {}) has waited \
+                                 about 5 s for page {page} at {:#x}, which another thread owns",
+                                fault.thread_id,
+                                rt.page_addr(page)
+                            );
+                        }
+                        std::thread::sleep(BUSY_RETRY);
+                    }
                 }
             }
         }
