@@ -106,6 +106,94 @@ fn unusable_backing_paths() {
     assert!(e.to_string().contains("chmod 600"), "{e}");
 }
 
+/// A private 0600 file at `path` holding `content`.
+fn private_file(path: &std::path::Path, content: &[u8]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, content).unwrap();
+}
+
+/// A file that holds data tiermem did not write is refused, and left as it
+/// was: the store would overwrite it.
+#[test]
+fn a_backing_file_with_foreign_data_is_refused_and_kept() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("data");
+    let content: Vec<u8> = (0..8192u32).map(|i| (i * 37 % 251) as u8).collect();
+    private_file(&path, &content);
+    let e = start_with_backing(path.to_str().unwrap());
+    let msg = e.to_string();
+    assert!(
+        msg.contains("8192 bytes that tiermem did not write"),
+        "{msg}"
+    );
+    assert!(msg.contains("truncate -s 0"), "the fix is named: {msg}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        content,
+        "the file was changed"
+    );
+}
+
+/// An empty file becomes tiermem's: after a run has filled it, the next run
+/// takes it again.
+#[test]
+fn a_backing_file_tiermem_used_is_taken_again() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("store");
+    private_file(&path, b"");
+    let config = || {
+        Config::builder()
+            .dram_budget(4 * MIB)
+            .backing(&path)
+            .backing_size(64 * MIB)
+            .build()
+            .unwrap()
+    };
+    let rt = Runtime::new(config()).expect("an empty file is taken");
+    let buf = rt.alloc(32 * MIB as usize).expect("alloc");
+    // SAFETY: the allocation is 32 MiB; every page gets a byte.
+    unsafe {
+        for i in (0..32 * MIB as usize).step_by(4096) {
+            buf.as_ptr().add(i).write_volatile(7);
+        }
+    }
+    assert!(rt.stats().page_outs > 0, "nothing reached the file");
+    drop(rt);
+    assert!(
+        std::fs::metadata(&path).unwrap().len() > 0,
+        "the file stayed empty"
+    );
+    Runtime::new(config()).expect("the file tiermem wrote is taken again");
+}
+
+/// A symbolic link to a regular file is refused (it could point anywhere);
+/// so is a file owned by another user.
+#[test]
+fn a_link_to_a_file_and_someone_elses_file_are_refused() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let target = dir.path().join("target");
+    private_file(&target, b"");
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let e = start_with_backing(link.to_str().unwrap());
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = dir.path().join("theirs");
+        private_file(&theirs, b"");
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let e = start_with_backing(theirs.to_str().unwrap());
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+    }
+}
+
 /// Runs one `child_*` test of this binary in a fresh process.
 fn run_child(test: &str, env: &[(&str, &str)], uid: Option<u32>) -> std::process::Output {
     let mut cmd = Command::new(std::env::current_exe().unwrap());

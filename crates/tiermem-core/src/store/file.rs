@@ -3,6 +3,12 @@
 //!
 //! The file is created with O_TMPFILE (or unlinked right after creation) and
 //! mode 0600: nobody else can open it, and it disappears with the process.
+//!
+//! A file the user names is checked as `swapon` checks a swap file, since
+//! every page written there overwrites what the file held: it must belong to
+//! this user, be private (0600), not be reached through a symbolic link, and
+//! be empty or marked as tiermem's own (the `user.tiermem.store` extended
+//! attribute, set when tiermem first takes an empty file).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -41,13 +47,17 @@ impl FileStore {
     /// Opens the store described by `path` (see the module docs).
     /// `size_limit` caps the capacity; otherwise the free space decides.
     pub fn open(path: &Path, page_size: usize, size_limit: Option<u64>) -> Result<FileStore> {
+        refuse_link_to_file(path)?;
         let meta = std::fs::metadata(path);
         let (file, direct_io, block_device) = match &meta {
             Ok(m) if m.is_dir() => open_private_file_in(path)?,
             Ok(m) if m.file_type().is_block_device() => open_existing(path, true)?,
             Ok(m) if m.is_file() => {
                 refuse_if_shared(path, m.mode())?;
-                open_existing(path, false)?
+                refuse_if_not_owner(path, m.uid())?;
+                let opened = open_existing(path, false)?;
+                take_if_empty_or_ours(&opened.0, path, m.len())?;
+                opened
             }
             Ok(_) => {
                 return Err(backing_err(
@@ -383,7 +393,10 @@ fn create_private_file(path: &Path) -> Result<(File, bool, bool)> {
 
 fn open_existing(path: &Path, block_device: bool) -> Result<(File, bool, bool)> {
     let c = cstring(path)?;
-    let (f, direct) = open_maybe_direct(&c, libc::O_RDWR, 0)
+    // A regular file is opened without following a link swapped in after
+    // the checks; device paths (/dev/disk/by-id/...) are links by design.
+    let no_follow = if block_device { 0 } else { libc::O_NOFOLLOW };
+    let (f, direct) = open_maybe_direct(&c, libc::O_RDWR | no_follow, 0)
         .map_err(|e| backing_err(path, "cannot open for reading and writing", e))?;
     claim_exclusively(&f, path)?;
     Ok((f, direct, block_device))
@@ -403,6 +416,77 @@ fn claim_exclusively(f: &File, path: &Path) -> Result<()> {
         "is in use by another tiermem process (a backing file or device serves one process; give a directory to let each process create its own file)",
         io::Error::last_os_error(),
     ))
+}
+
+/// The extended attribute that marks a file as tiermem's backing store.
+const OURS_XATTR: &std::ffi::CStr = c"user.tiermem.store";
+
+/// A symbolic link to a regular file is refused: the link could point at
+/// any file the user can write, which the store would overwrite. Links to
+/// directories and block devices are followed.
+fn refuse_link_to_file(path: &Path) -> Result<()> {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if is_link && std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return Err(backing_err(
+            path,
+            "is a symbolic link to a regular file; give the file itself (or a directory)",
+            io::Error::from_raw_os_error(libc::ELOOP),
+        ));
+    }
+    Ok(())
+}
+
+/// Someone else's file is not ours to overwrite, even where we may write it.
+fn refuse_if_not_owner(path: &Path, owner: u32) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if owner != me {
+        return Err(backing_err(
+            path,
+            &format!("the file is owned by uid {owner}, not by this user (uid {me}); give a file of your own or a directory"),
+            io::Error::from_raw_os_error(libc::EPERM),
+        ));
+    }
+    Ok(())
+}
+
+/// Takes an empty file (marking it ours for the next run) or one already
+/// marked ours; refuses a file holding anything else, which the store would
+/// overwrite.
+fn take_if_empty_or_ours(f: &File, path: &Path, len: u64) -> Result<()> {
+    let mut mark = [0u8; 1];
+    // SAFETY: reads at most one byte of the attribute into `mark`.
+    let marked = unsafe {
+        libc::fgetxattr(
+            f.as_raw_fd(),
+            OURS_XATTR.as_ptr(),
+            mark.as_mut_ptr().cast(),
+            1,
+        )
+    } == 1;
+    if marked {
+        return Ok(());
+    }
+    if len > 0 {
+        return Err(backing_err(
+            path,
+            &format!("the file holds {len} bytes that tiermem did not write, and the store would overwrite them; give an empty file (truncate -s 0 FILE) or a directory"),
+            io::Error::from_raw_os_error(libc::EEXIST),
+        ));
+    }
+    // SAFETY: sets a one-byte attribute from a valid buffer. Where the
+    // filesystem keeps no extended attributes the next run finds the file
+    // non-empty and unmarked, and says so.
+    unsafe {
+        libc::fsetxattr(
+            f.as_raw_fd(),
+            OURS_XATTR.as_ptr(),
+            c"1".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    Ok(())
 }
 
 /// An existing file that others can read would expose evicted memory.
