@@ -5,8 +5,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-
-use crate::bench_suite;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tiermem_bench::device_limit::device_limit;
@@ -20,6 +18,8 @@ use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
 use tiermem_core::cpuidle::IdleWait;
 use tiermem_core::cpus::{format_cpu_list, CpuChoice};
 use tiermem_core::{parse_size, Config, FaultDelivery, PolicyKind};
+
+use crate::bench_suite;
 
 /// Working set of the pattern workload when `--working-set` is not given.
 const DEFAULT_WORKING_SET: &str = "1G";
@@ -115,7 +115,8 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// gives pages/s, the ratio against kernel swap and its target, hit ratios,
 /// miss latency p50/p99, each mode's share of the device limit, the first
 /// touch and the verification of every page. With the default 10 s per mode
-/// it takes about 3 minutes.
+/// and --dram 512M it takes about 7 minutes (most of it filling and
+/// verifying 2 GiB per mode and case).
 ///
 /// Examples:
 ///   tiermem bench                                   (1 GiB in 256 MiB, all modes)

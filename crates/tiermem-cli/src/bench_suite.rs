@@ -411,11 +411,12 @@ pub fn to_json(base: &BenchPlan, runs: &[CaseRun]) -> serde_json::Value {
 
 /// How long the suite takes, roughly, for the help and a first message.
 pub fn estimate(base: &BenchPlan, modes: usize) -> Duration {
-    // First touch and verification run at roughly 100K pages/s each.
+    // First touch and verification together run at about 50K pages/s under
+    // paging (kernel swap verifies at its sequential swap-in rate); the
+    // device check takes about 6 s a case.
     let pages = (base.workload.working_set_bytes / base.workload.page_size.max(1)) as f64;
-    let per_mode =
-        base.workload.duration_s + base.workload.warmup_s + 2.0 * pages / 100_000.0 + 2.0;
-    Duration::from_secs_f64(CASES.len() as f64 * (modes as f64 * per_mode + 4.0))
+    let per_mode = base.workload.duration_s + base.workload.warmup_s + pages / 50_000.0 + 2.0;
+    Duration::from_secs_f64(CASES.len() as f64 * (modes as f64 * per_mode + 6.0))
 }
 
 #[cfg(test)]

@@ -30,8 +30,6 @@ pub struct Counters {
     pub duplicate_faults: AtomicU64,
     pub budget_waits: AtomicU64,
     pub unexpected_present: AtomicU64,
-    /// Faults of the forking thread served while the runtime was paused for a fork.
-    pub fork_window_faults: AtomicU64,
     /// Untouched pages zero-filled ahead of a run of first touches in order.
     pub zero_fills_ahead: AtomicU64,
     pub bad_accesses: AtomicU64,
@@ -165,8 +163,6 @@ pub struct Stats {
     /// Faults that had to wait for the evictor to free DRAM.
     pub budget_waits: u64,
     pub unexpected_present: u64,
-    /// Faults of the forking thread served while the runtime was paused for a fork.
-    pub fork_window_faults: u64,
     /// Untouched pages zero-filled ahead of a run of first touches in order.
     pub zero_fills_ahead: u64,
     /// Accesses to tiered addresses outside any live allocation.
@@ -237,7 +233,6 @@ impl Counters {
         s.duplicate_faults = self.duplicate_faults.load(Relaxed);
         s.budget_waits = self.budget_waits.load(Relaxed);
         s.unexpected_present = self.unexpected_present.load(Relaxed);
-        s.fork_window_faults = self.fork_window_faults.load(Relaxed);
         s.zero_fills_ahead = self.zero_fills_ahead.load(Relaxed);
         s.bad_accesses = self.bad_accesses.load(Relaxed);
         s.conflict_evictions = self.conflict_evictions.load(Relaxed);

@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::runtime;
+use common::{hang_guard, runtime};
 use tiermem_core::{Config, Error, PolicyKind, Runtime};
 
 const MIB: u64 = 1 << 20;
@@ -145,6 +145,10 @@ fn a_backing_file_with_foreign_data_is_refused_and_kept() {
 /// takes it again.
 #[test]
 fn a_backing_file_tiermem_used_is_taken_again() {
+    let _guard = hang_guard(
+        "a_backing_file_tiermem_used_is_taken_again",
+        std::time::Duration::from_secs(120),
+    );
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let path = dir.path().join("store");
     private_file(&path, b"");

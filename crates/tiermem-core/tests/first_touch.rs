@@ -4,11 +4,15 @@
 
 mod common;
 
-use common::{resident_bytes, runtime};
+use std::time::Duration;
+
+use common::{hang_guard, resident_bytes, runtime};
 use tiermem_core::PolicyKind;
 
 const PAGE: usize = 4096;
 const BUDGET: u64 = 16 << 20;
+/// Each test takes well under a second; a hung fault path aborts it.
+const HANG_LIMIT: Duration = Duration::from_secs(120);
 
 /// The byte at `offset` of page `page`: differs from page to page and
 /// within a page, so a page installed at the wrong place is caught.
@@ -18,6 +22,10 @@ fn byte_at(page: usize, offset: usize) -> u8 {
 
 #[test]
 fn pages_written_in_order_are_filled_ahead_and_keep_every_byte() {
+    let _guard = hang_guard(
+        "pages_written_in_order_are_filled_ahead_and_keep_every_byte",
+        HANG_LIMIT,
+    );
     let rt = runtime(BUDGET, PAGE, PolicyKind::Clock);
     let region = 128 << 20;
     let base = rt.alloc(region).expect("alloc").as_ptr();
@@ -56,6 +64,7 @@ fn pages_written_in_order_are_filled_ahead_and_keep_every_byte() {
 
 #[test]
 fn pages_filled_ahead_but_only_read_are_all_zero() {
+    let _guard = hang_guard("pages_filled_ahead_but_only_read_are_all_zero", HANG_LIMIT);
     let rt = runtime(BUDGET, PAGE, PolicyKind::Clock);
     let region = 64 << 20;
     let base = rt.alloc(region).expect("alloc").as_ptr();
@@ -75,6 +84,7 @@ fn pages_filled_ahead_but_only_read_are_all_zero() {
 
 #[test]
 fn touches_out_of_order_fill_nothing_ahead() {
+    let _guard = hang_guard("touches_out_of_order_fill_nothing_ahead", HANG_LIMIT);
     let rt = runtime(BUDGET, PAGE, PolicyKind::Clock);
     let region = 8 << 20;
     let base = rt.alloc(region).expect("alloc").as_ptr();

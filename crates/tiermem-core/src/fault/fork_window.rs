@@ -29,9 +29,8 @@
 use std::cell::Cell;
 use std::io;
 
-use super::{begin_fault, resolve_fault, Missing, PageRead, FAULT_BATCH};
+use super::{begin_fault, resolve_fault, Missing, FAULT_BATCH};
 use crate::runtime::Shared;
-use crate::stats::Counters;
 use crate::sys::mem::Mapping;
 use crate::sys::uffd::{message_buffer, Fault};
 
@@ -127,7 +126,6 @@ impl<'a> ForkWindow<'a> {
     /// Resolves one fault in full, then wakes the thread that took it.
     fn serve(&self, fault: &Fault) {
         let rt = self.rt;
-        Counters::add(&rt.counters.fork_window_faults, 1);
         QUIET_INSTALLS.with(|q| q.set(true));
         if let Some(page) = begin_fault(rt, fault) {
             let mut retries = 0u32;
@@ -135,7 +133,7 @@ impl<'a> ForkWindow<'a> {
                 match resolve_fault(rt, page, fault) {
                     Missing::Resolved => break,
                     Missing::Read(read) => {
-                        self.read_and_install(&read);
+                        super::sync::read_and_install(rt, &read, &self.io_buffer);
                         break;
                     }
                     Missing::Busy => {
@@ -156,20 +154,6 @@ impl<'a> ForkWindow<'a> {
         QUIET_INSTALLS.with(|q| q.set(false));
         let base = fault.address & !(rt.base_page - 1);
         rt.uffd.wake(base, rt.base_page);
-    }
-
-    fn read_and_install(&self, read: &PageRead) {
-        let rt = self.rt;
-        // SAFETY: the window owns `io_buffer` (page-sized), and nothing else
-        // refers to it while the read runs.
-        let buf = unsafe { std::slice::from_raw_parts_mut(self.io_buffer.as_ptr(), rt.page_size) };
-        if let Err(e) = rt.store().read(read.slot, buf) {
-            rt.fatal(&format!(
-                "reading page {} from backing slot {} during a fork failed: {e}",
-                read.page, read.slot
-            ));
-        }
-        super::finish_read(rt, read, self.io_buffer.as_ptr());
     }
 
     /// Sends the threads whose faults were set aside back to fault again.

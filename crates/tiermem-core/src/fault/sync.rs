@@ -72,7 +72,7 @@ pub(crate) fn run(rt: &Shared) {
 }
 
 /// Reads a claimed page into the handler's buffer and installs it.
-fn read_and_install(rt: &Shared, read: &PageRead, io_buffer: &Mapping) {
+pub(super) fn read_and_install(rt: &Shared, read: &PageRead, io_buffer: &Mapping) {
     // SAFETY: the handler owns `io_buffer` (page-sized), and nothing else
     // refers to it while the read runs.
     let buf = unsafe { std::slice::from_raw_parts_mut(io_buffer.as_ptr(), rt.page_size) };

@@ -53,10 +53,8 @@ impl FileStore {
             Ok(m) if m.is_dir() => open_private_file_in(path)?,
             Ok(m) if m.file_type().is_block_device() => open_existing(path, true)?,
             Ok(m) if m.is_file() => {
-                refuse_if_shared(path, m.mode())?;
-                refuse_if_not_owner(path, m.uid())?;
                 let opened = open_existing(path, false)?;
-                take_if_empty_or_ours(&opened.0, path, m.len())?;
+                check_named_file(&opened.0, path)?;
                 opened
             }
             Ok(_) => {
@@ -434,6 +432,17 @@ fn refuse_link_to_file(path: &Path) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The checks on a regular file the user named, made on the file opened
+/// (not on the path, which could be replaced between a check and the open).
+fn check_named_file(f: &File, path: &Path) -> Result<()> {
+    let meta = f
+        .metadata()
+        .map_err(|e| backing_err(path, "cannot inspect the opened backing file", e))?;
+    refuse_if_shared(path, meta.mode())?;
+    refuse_if_not_owner(path, meta.uid())?;
+    take_if_empty_or_ours(f, path, meta.len())
 }
 
 /// Someone else's file is not ours to overwrite, even where we may write it.

@@ -211,3 +211,31 @@ pub fn budget_watch(
             .then(|| format!("resident {resident}, mapped {mapped:?}, budget {budget}"))
     }
 }
+
+/// Aborts the test process if it is still alive `limit` after the guard
+/// was made and not dropped: a hung fault path fails the test binary
+/// instead of stalling the suite.
+pub struct HangGuard(std::sync::Arc<AtomicBool>);
+
+pub fn hang_guard(what: &'static str, limit: Duration) -> HangGuard {
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let seen = done.clone();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if seen.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("{what}: still running after {limit:?}, taken as hung; aborting");
+        std::process::abort();
+    });
+    HangGuard(done)
+}
+
+impl Drop for HangGuard {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
