@@ -9,8 +9,13 @@
  * TIERMEM_POLICY, TIERMEM_HANDLER_THREADS, TIERMEM_BACKING_SIZE, and the
  * cache organization: TIERMEM_ASSOCIATIVITY, TIERMEM_PREFETCH,
  * TIERMEM_WRITE_POLICY, TIERMEM_INCLUSION, TIERMEM_PRESET, and
- * TIERMEM_FAULTS), or
- * explicitly with tm_init(). On failure, functions return NULL or -1, set
+ * TIERMEM_FAULTS; the error policy: TIERMEM_CHECKSUMS, TIERMEM_IO_DEADLINE,
+ * and TIERMEM_INJECT_FAULTS for tests; the README's Configuration table
+ * lists them all), or explicitly with tm_init().
+ *
+ * A page tiermem cannot read back (an I/O error twice, or a checksum
+ * mismatch) is lost: its access gets SIGBUS, as for a hardware memory
+ * error, and stderr names the address, the backing file and the offset. On failure, functions return NULL or -1, set
  * errno, and tm_last_error() describes what went wrong and how to fix it.
  */
 #ifndef TIERMEM_H
@@ -84,7 +89,8 @@ struct tm_stats {
     uint64_t conflict_evictions;  /* pages a miss evicted from its full set */
     uint64_t write_throughs;      /* written pages copied out by write-through */
     uint64_t predicted_writes;    /* read faults installed writable: a write was predicted */
-    uint64_t reserved[2];
+    uint64_t io_errors;           /* failed or corrupt page reads, failed writes */
+    uint64_t poisoned_pages;      /* lost to a read that failed twice: access gets SIGBUS */
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

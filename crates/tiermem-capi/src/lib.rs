@@ -77,7 +77,10 @@ pub struct TmStats {
     pub write_throughs: u64,
     /// Read faults installed writable because a write was predicted.
     pub predicted_writes: u64,
-    pub reserved: [u64; 2],
+    /// Failed or corrupt page reads, and failed write requests.
+    pub io_errors: u64,
+    /// Pages lost to a read that failed twice: their access gets SIGBUS.
+    pub poisoned_pages: u64,
 }
 
 thread_local! {
@@ -323,7 +326,8 @@ fn to_c(s: &Stats) -> TmStats {
         conflict_evictions: s.conflict_evictions,
         write_throughs: s.write_throughs,
         predicted_writes: s.predicted_writes,
-        reserved: [0; 2],
+        io_errors: s.read_errors + s.write_errors,
+        poisoned_pages: s.poisoned_pages,
     }
 }
 

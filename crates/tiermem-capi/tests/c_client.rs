@@ -1,12 +1,12 @@
 //! Compiles `tests/c/api_client.c` against `include/tiermem.h`, links it
 //! with the freshly built libtiermem.so, and runs it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-#[path = "../../../tests/support/libtiermem.rs"]
-mod support;
-use support::{libtiermem, repo_root};
+#[path = "../../../tests/support/c_program.rs"]
+mod c_program;
+use c_program::compile;
 
 #[test]
 fn c_client_runs_the_api() {
@@ -66,29 +66,6 @@ fn c_client_forks_with_evicted_pages() {
     let _ = std::fs::remove_dir_all(out_dir);
 }
 
-/// Compiles tests/c/NAME.c against the header and the fresh libtiermem.so.
-/// Returns the executable, the library's directory and the scratch directory.
-fn compile(name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let root = repo_root();
-    let lib = libtiermem().parent().expect("a directory").to_path_buf();
-    let out_dir = tempfile_dir(name);
-    let exe = out_dir.join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread"])
-        .arg(root.join(format!("tests/c/{name}.c")))
-        .arg("-I")
-        .arg(root.join("include"))
-        .arg("-L")
-        .arg(&lib)
-        .args(["-ltiermem", "-o"])
-        .arg(&exe)
-        .status()
-        .expect("a C compiler (cc) is needed for this test");
-    assert!(status.success(), "compiling {name}.c failed");
-    (exe, lib, out_dir)
-}
-
 fn run_client(exe: &Path, lib: &Path, args: &[&str], ok: &str) {
     let out = Command::new(exe)
         .args(args)
@@ -102,10 +79,4 @@ fn run_client(exe: &Path, lib: &Path, args: &[&str], ok: &str) {
         "C client {args:?} failed: {stdout}{stderr}"
     );
     assert!(stdout.contains(ok), "{stdout}");
-}
-
-fn tempfile_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tiermem-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }

@@ -3,6 +3,7 @@
 mod bench_cmd;
 mod bench_suite;
 mod device_cmd;
+mod format_cmd;
 mod probe_cmd;
 mod redis_bench;
 mod run_cmd;
@@ -25,6 +26,7 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     BenchRedis(redis_bench::RedisBenchArgs),
     Device(device_cmd::DeviceArgs),
+    FormatStore(format_cmd::FormatArgs),
     Run(run_cmd::RunArgs),
     Probe(tiermem_probe::ProbeArgs),
     /// Internal: one probe worker process (used by `tiermem probe`).
@@ -54,6 +56,14 @@ fn main() {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("tiermem bench-redis: {e:#}");
+                1
+            }
+        },
+        Command::FormatStore(args) => match format_cmd::run(&args) {
+            Ok(()) => 0,
+            Err(e) => {
+                // The core's error already names its cause.
+                eprintln!("tiermem format-store: {e}");
                 1
             }
         },

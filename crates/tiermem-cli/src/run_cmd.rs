@@ -657,7 +657,7 @@ fn preflight_runtime(config: &Config) -> Result<(), Stop> {
         let msg = match &e {
             CoreError::Backing { .. } => format!(
                 "{e}\nFix: give --backing (or TIERMEM_BACKING) a directory this user can write, \
-                 a file of its own of mode 0600 that is empty or that tiermem wrote before (not a symbolic link), or a block device it can read and write."
+                 a file of its own of mode 0600 that is empty or that tiermem wrote before (not a symbolic link), or a block device that is blank, or given to tiermem with `tiermem format-store DEV`."
             ),
             CoreError::OutOfBackingSpace { .. } => format!(
                 "{e}\nFix: free space on the backing store, or give --backing a larger one."

@@ -14,7 +14,10 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Settings that could leak in from the environment of `cargo test`.
-const SCRUBBED: [&str; 22] = [
+const SCRUBBED: [&str; 25] = [
+    "TIERMEM_CHECKSUMS",
+    "TIERMEM_IO_DEADLINE",
+    "TIERMEM_INJECT_FAULTS",
     "TIERMEM_PRESET",
     "TIERMEM_ASSOCIATIVITY",
     "TIERMEM_PREFETCH",

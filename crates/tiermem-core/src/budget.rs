@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
+/// How long a fault waits for DRAM before the wait is reported, and how
+/// often it is reported again.
+pub const STALL_REPORT: Duration = Duration::from_secs(10);
+
 pub struct Budget {
     limit_pages: AtomicU64,
     charged: AtomicU64,
@@ -84,14 +88,23 @@ impl Budget {
     }
 
     /// Charges one page, waiting for the evictor while DRAM is full.
-    /// `kick` wakes the evictor; it is called before every wait.
-    pub fn charge(&self, kick: impl Fn()) -> bool {
+    /// `kick` wakes the evictor; it is called before every wait. `stalled`
+    /// is called with the time waited so far, every [`STALL_REPORT`] of
+    /// waiting, so that a wait that does not end is never silent.
+    pub fn charge(&self, kick: impl Fn(), stalled: impl Fn(Duration)) -> bool {
         if self.try_charge() {
             return false;
         }
         self.waiters.fetch_add(1, Ordering::AcqRel);
+        let started = std::time::Instant::now();
+        let mut next_report = STALL_REPORT;
         while !self.try_charge() {
             kick();
+            let waited = started.elapsed();
+            if waited >= next_report {
+                stalled(waited);
+                next_report += STALL_REPORT;
+            }
             let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
             // The timeout covers a wake-up lost between the check and the wait.
             let _ = self.freed.wait_timeout(guard, Duration::from_millis(1));

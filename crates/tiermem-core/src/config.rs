@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
+use crate::error_policy::ErrorPolicy;
 use crate::io_config::IoSettings;
 use crate::organization::{Inclusion, Organization, Preset, WritePolicy};
 
@@ -150,7 +151,7 @@ pub fn physical_ram_bytes() -> u64 {
     (pages.max(0) as u64).saturating_mul(page.max(0) as u64)
 }
 
-fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
+pub(crate) fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
     Error::InvalidSetting {
         setting,
         value: value.to_string(),
@@ -220,6 +221,8 @@ pub struct Config {
     /// Linux's `vm.watermark_scale_factor`): it starts below half of it and
     /// stops at all of it. `None`: 1/32 of the budget, at most 4096 pages.
     pub watermark_scale_factor: Option<u32>,
+    /// Checksums, the write deadline, and injected faults.
+    pub errors: ErrorPolicy,
 }
 
 impl Default for Config {
@@ -235,6 +238,7 @@ impl Default for Config {
             io: IoSettings::default(),
             organization: Organization::default(),
             watermark_scale_factor: None,
+            errors: ErrorPolicy::default(),
         }
     }
 }
@@ -308,6 +312,7 @@ impl Config {
         }
         b.io = Some(IoSettings::from_lookup(&lookup)?);
         b.organization = Some(Organization::from_lookup(&lookup)?);
+        b.errors = Some(ErrorPolicy::from_lookup(&lookup)?);
         b.build()
     }
 
@@ -326,6 +331,7 @@ impl Config {
         }
         self.io.to_env(&mut env);
         self.organization.to_env(&mut env);
+        self.errors.to_env(&mut env);
         if let Some(f) = self.watermark_scale_factor {
             env.push((ENV_WATERMARK_SCALE, f.to_string()));
         }
@@ -366,6 +372,7 @@ pub struct ConfigBuilder {
     io: Option<IoSettings>,
     organization: Option<Organization>,
     watermark_scale_factor: Option<u32>,
+    errors: Option<ErrorPolicy>,
 }
 
 impl ConfigBuilder {
@@ -409,6 +416,11 @@ impl ConfigBuilder {
     /// Free DRAM the evictor keeps, in ten-thousandths of the budget.
     pub fn watermark_scale_factor(mut self, factor: u32) -> Self {
         self.watermark_scale_factor = Some(factor);
+        self
+    }
+    /// Checksums, the write deadline, and injected faults.
+    pub fn errors(mut self, errors: ErrorPolicy) -> Self {
+        self.errors = Some(errors);
         self
     }
     /// Applies a preset; knobs set after it override it.
@@ -515,6 +527,7 @@ impl ConfigBuilder {
             io: self.io.unwrap_or_default(),
             organization,
             watermark_scale_factor: self.watermark_scale_factor,
+            errors: self.errors.unwrap_or_default(),
         })
     }
 }

@@ -28,6 +28,11 @@ use crate::sys::mem::Zapper;
 /// Pages per demotion or write batch.
 pub const BATCH: usize = 64;
 
+/// How long the evictor waits before it writes pages again after a failed
+/// write: long enough not to flood a failing device, short enough that
+/// one bad block costs the program little.
+const WRITE_RETRY: Duration = Duration::from_millis(100);
+
 pub(crate) fn evictor_loop(rt: &Shared) {
     keep_off_the_fault_path();
     let mut ev = Evictor::new(rt);
@@ -102,6 +107,9 @@ impl<'a> Evictor<'a> {
 
     /// Writes `self.writes` to the store.
     fn write_pages(&mut self) -> std::io::Result<()> {
+        if let Some(e) = self.rt.injector().write() {
+            return Err(e);
+        }
         let store = self.rt.store();
         let Some(ring) = self.ring.as_mut() else {
             return store.write_batch(&self.writes);
@@ -378,17 +386,18 @@ impl<'a> Evictor<'a> {
                 src: rt.frames.ptr(frame),
             });
         }
+        for (i, &(page, _, _)) in self.to_write.iter().enumerate() {
+            rt.seal(page, self.slots[i], self.writes[i].src);
+        }
         if let Err(e) = self.write_pages() {
             // Nothing is lost: the pages stay in their frames. Put them back
-            // in probation and try again later.
-            rt.report_io_error(&e);
-            for &slot in &self.slots {
-                rt.slots().free(slot);
-            }
+            // in probation and try again later, to other slots.
+            rt.write_failed(&e, &self.slots);
             self.put_back_unwritten();
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(WRITE_RETRY);
             return 0;
         }
+        rt.write_succeeded();
         let n = self.to_write.len();
         for (i, &(page, state, frame)) in self.to_write.iter().enumerate() {
             if let Some(old) = state.slot() {
@@ -476,14 +485,15 @@ impl Evictor<'_> {
                 src: rt.page_addr(page) as *const u8,
             });
         }
+        for (i, &(page, _)) in self.written.iter().enumerate() {
+            rt.seal(page, self.slots[i], self.writes[i].src);
+        }
         if let Err(e) = self.write_pages() {
-            rt.report_io_error(&e);
-            for &slot in &self.slots {
-                rt.slots().free(slot);
-            }
+            rt.write_failed(&e, &self.slots);
             self.unprotect_written();
             return false;
         }
+        rt.write_succeeded();
         for (i, &(page, state)) in self.written.iter().enumerate() {
             if let Some(old) = state.slot() {
                 rt.slots().free(old);

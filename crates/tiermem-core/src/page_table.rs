@@ -30,6 +30,9 @@ pub enum Kind {
     /// Not mapped; the content waits in a DRAM frame. A touch brings it back
     /// without I/O and counts as a reference.
     Probation = 6,
+    /// Not mapped, and its content is lost: its slot could not be read. The
+    /// page table entry is a poison marker, so an access gets SIGBUS.
+    Poisoned = 7,
 }
 
 const KIND_MASK: u64 = 0x7;
@@ -64,7 +67,8 @@ impl PageState {
             3 => Kind::Stored,
             4 => Kind::Loading,
             5 => Kind::Evicting,
-            _ => Kind::Probation,
+            6 => Kind::Probation,
+            _ => Kind::Poisoned,
         }
     }
     pub fn is_dirty(self) -> bool {

@@ -13,12 +13,14 @@ use std::time::Duration;
 use crate::budget::Budget;
 use crate::config::{Config, FaultDelivery, MIN_BUDGET_PAGES};
 use crate::error::{Error, Result};
+use crate::error_policy::Injector;
 use crate::evictor::{evictor_loop, BATCH};
 use crate::fault::{
     backoff, handler_buffer_bytes, handler_loop, read_ahead_loop, signal, SignalSlots,
     WritePrediction,
 };
 use crate::frames::FramePool;
+use crate::integrity::Checksums;
 use crate::organization::WritePolicy;
 use crate::page_table::{Kind, PageNo, PageState, PageTable, MAX_PAGES};
 use crate::pause::Pause;
@@ -28,6 +30,7 @@ use crate::replaceable::Replaceable;
 use crate::sets::SetMap;
 use crate::stats::{Counters, LatencyHistogram, Stats};
 use crate::store::{FileStore, SlotAllocator, Store};
+use crate::store_errors::StoreErrors;
 use crate::sys::base_page_size;
 use crate::sys::mem::{zap, EventFd, Mapping};
 use crate::sys::thread::{self, Thread};
@@ -97,8 +100,12 @@ pub(crate) struct Shared {
     /// Read ends of one pipe per forked child that still shares our slots.
     pub fork_leases: Mutex<Vec<OwnedFd>>,
     evictor_wake: (Mutex<bool>, Condvar),
-    io_error_reported: AtomicBool,
     bad_access_reported: AtomicBool,
+    /// The sum of every page in the store, checked when it is read back.
+    pub checksums: Checksums,
+    /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
+    pub(crate) injector: Injector,
+    pub(crate) store_errors: StoreErrors,
 }
 
 impl Shared {
@@ -194,7 +201,10 @@ impl Shared {
             self.budget.charge_past_limit();
             return;
         }
-        if self.budget.charge(|| self.kick_evictor()) {
+        if self
+            .budget
+            .charge(|| self.kick_evictor(), |waited| self.report_stall(waited))
+        {
             Counters::add(&self.counters.budget_waits, 1);
         }
     }
@@ -278,12 +288,6 @@ impl Shared {
         };
     }
 
-    pub fn report_io_error(&self, e: &std::io::Error) {
-        if !self.io_error_reported.swap(true, Ordering::Relaxed) {
-            eprintln!("tiermem: writing to the backing store failed ({e}); pages stay in DRAM and the write is retried");
-        }
-    }
-
     /// A state the runtime cannot recover from without risking data: stop
     /// loudly rather than hand out wrong bytes.
     pub fn fatal(&self, msg: &str) -> ! {
@@ -348,6 +352,7 @@ impl Runtime {
         uffd.register(arena.addr(), arena_len)?;
         let budget_pages = config.budget_pages();
         let frames = FramePool::new(frame_capacity(page_size, config.handler_threads), page_size)?;
+        let errors = config.errors;
         Ok(Shared {
             page_size,
             base_page: base_page_size(),
@@ -391,8 +396,10 @@ impl Runtime {
             write_engine: Mutex::new("pwritev"),
             io_fallback_reported: AtomicBool::new(false),
             evictor_wake: (Mutex::new(false), Condvar::new()),
-            io_error_reported: AtomicBool::new(false),
             bad_access_reported: AtomicBool::new(false),
+            checksums: Checksums::new(arena_pages, errors.checksums)?,
+            injector: Injector::new(errors.inject),
+            store_errors: StoreErrors::default(),
             store: Replaceable::new(Box::new(store)),
             uffd,
             arena,

@@ -39,6 +39,22 @@ pub struct Counters {
     pub write_throughs: AtomicU64,
     /// Read faults installed writable because a write was predicted.
     pub predicted_writes: AtomicU64,
+    /// Page reads that failed or failed their checksum (each try counts).
+    pub read_errors: AtomicU64,
+    /// Failed demand reads tried a second time.
+    pub read_retries: AtomicU64,
+    /// Pages whose bytes did not match their checksum and identity.
+    pub checksum_errors: AtomicU64,
+    /// Pages given up after a failed retry: their next access gets SIGBUS.
+    pub poisoned_pages: AtomicU64,
+    /// Read-ahead pages left in the store because their read failed.
+    pub read_ahead_dropped: AtomicU64,
+    /// Write requests that failed (each is retried to fresh slots).
+    pub write_errors: AtomicU64,
+    /// Slots a failed write left unusable; never handed out again.
+    pub quarantined_slots: AtomicU64,
+    /// Waits that lasted long enough to be reported on stderr.
+    pub stalls: AtomicU64,
 }
 
 pub struct LatencyHistogram {
@@ -173,6 +189,22 @@ pub struct Stats {
     pub write_throughs: u64,
     /// Read faults installed writable because a write was predicted.
     pub predicted_writes: u64,
+    /// Page reads that failed or failed their checksum (each try counts).
+    pub read_errors: u64,
+    /// Failed demand reads tried a second time.
+    pub read_retries: u64,
+    /// Pages whose bytes did not match their checksum and identity.
+    pub checksum_errors: u64,
+    /// Pages given up after a failed retry: their next access gets SIGBUS.
+    pub poisoned_pages: u64,
+    /// Read-ahead pages left in the store because their read failed.
+    pub read_ahead_dropped: u64,
+    /// Write requests that failed (each is retried to fresh slots).
+    pub write_errors: u64,
+    /// Slots a failed write left unusable; never handed out again.
+    pub quarantined_slots: u64,
+    /// Waits that lasted long enough to be reported on stderr.
+    pub stalls: u64,
     pub resident_bytes: u64,
     pub peak_resident_bytes: u64,
     pub budget_bytes: u64,
@@ -238,6 +270,14 @@ impl Counters {
         s.conflict_evictions = self.conflict_evictions.load(Relaxed);
         s.write_throughs = self.write_throughs.load(Relaxed);
         s.predicted_writes = self.predicted_writes.load(Relaxed);
+        s.read_errors = self.read_errors.load(Relaxed);
+        s.read_retries = self.read_retries.load(Relaxed);
+        s.checksum_errors = self.checksum_errors.load(Relaxed);
+        s.poisoned_pages = self.poisoned_pages.load(Relaxed);
+        s.read_ahead_dropped = self.read_ahead_dropped.load(Relaxed);
+        s.write_errors = self.write_errors.load(Relaxed);
+        s.quarantined_slots = self.quarantined_slots.load(Relaxed);
+        s.stalls = self.stalls.load(Relaxed);
     }
 }
 

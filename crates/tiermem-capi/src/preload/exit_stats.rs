@@ -69,7 +69,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     let demand_reads = s.page_ins.saturating_sub(s.prefetch_issued);
     let served_from_dram = s.faults.saturating_sub(demand_reads);
     let l = &s.fault_latency;
-    format!(
+    let mut text = format!(
         "\n── tiermem: {program} (pid {pid}) ──────────────────────────────\n\
          budget          {budget}, peak resident {peak} ({peak_pct} of budget), page {page} KiB, policy {policy}\n\
          organization    {organization}; conflict evictions {conflicts}, write-throughs {wts}\n\
@@ -119,6 +119,29 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         phits = s.prefetch_hits,
         pwaste = s.prefetch_wasted,
         stored = mib(s.stored_bytes),
+    );
+    text.push_str(&errors_line(s));
+    text
+}
+
+/// One line on store errors, only when there were any: a clean run's
+/// summary stays as it was.
+fn errors_line(s: &Stats) -> String {
+    let any = s.read_errors + s.write_errors + s.checksum_errors + s.stalls;
+    if any == 0 {
+        return String::new();
+    }
+    format!(
+        "errors          reads {} (retried {}, checksum mismatches {}, pages lost {}, read-ahead dropped {}), \
+         writes {} ({} slots quarantined), stalls {}\n",
+        s.read_errors,
+        s.read_retries,
+        s.checksum_errors,
+        s.poisoned_pages,
+        s.read_ahead_dropped,
+        s.write_errors,
+        s.quarantined_slots,
+        s.stalls,
     )
 }
 

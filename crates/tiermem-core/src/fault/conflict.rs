@@ -41,7 +41,7 @@ pub(crate) fn evict_for_conflict(rt: &Shared, victim: PageNo, state: PageState) 
     } else if frame_is_zero(src, rt.page_size) {
         drop_zero(rt, victim, state)
     } else {
-        match write_out(rt, src, state) {
+        match write_out(rt, victim, src, state) {
             Some(slot) => PageState::FREE
                 .with_kind(Kind::Stored)
                 .with_slot(Some(slot)),
@@ -81,17 +81,22 @@ fn drop_zero(rt: &Shared, victim: PageNo, state: PageState) -> PageState {
 }
 
 /// Writes the victim's content to a fresh slot; frees its old one.
-fn write_out(rt: &Shared, src: *const u8, state: PageState) -> Option<u64> {
+fn write_out(rt: &Shared, victim: PageNo, src: *const u8, state: PageState) -> Option<u64> {
     let mut slots = Vec::with_capacity(1);
     if !take_fresh_slots(rt, 1, &mut slots) {
         return None;
     }
     let slot = slots[0];
-    if let Err(e) = rt.store().write_batch(&[SlotWrite { slot, src }]) {
-        rt.report_io_error(&e);
-        rt.slots().free(slot);
+    rt.seal(victim, slot, src);
+    let written = match rt.injector().write() {
+        Some(e) => Err(e),
+        None => rt.store().write_batch(&[SlotWrite { slot, src }]),
+    };
+    if let Err(e) = written {
+        rt.write_failed(&e, &[slot]);
         return None;
     }
+    rt.write_succeeded();
     if let Some(old) = state.slot() {
         rt.slots().free(old);
     }

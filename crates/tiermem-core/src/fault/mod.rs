@@ -36,6 +36,7 @@
 
 mod conflict;
 mod fork_window;
+mod read_error;
 mod readahead;
 mod ring;
 pub(crate) mod signal;
@@ -44,6 +45,7 @@ mod write_prediction;
 mod zero_ahead;
 
 pub(crate) use fork_window::park_serving;
+pub(crate) use read_error::{read_and_check, recover};
 pub(crate) use signal::SignalSlots;
 pub(crate) use write_prediction::WritePrediction;
 pub(crate) use zero_ahead::{ZeroStream, MAX_WINDOW as ZERO_AHEAD_MAX};
@@ -227,6 +229,12 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
                 true
             }
             Kind::Loading | Kind::Evicting => return Missing::Busy,
+            // Its poison marker is gone (a forked child's copy of the
+            // arena has none): the access still gets SIGBUS.
+            Kind::Poisoned => {
+                read_error::poison_again(rt, page);
+                true
+            }
             Kind::Free => {
                 rt.report_bad_access(fault);
                 true

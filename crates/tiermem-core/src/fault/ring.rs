@@ -24,13 +24,14 @@ use super::readahead::{max_window_pages, Readahead, Window};
 use super::signal::{ReadAheadRequests, Request};
 use super::{
     begin_fault, claim_for_prefetch, finish_read, finish_read_ahead_run, is_parked_read_ahead,
-    park_marker, park_state, prefetch_used, resolve_fault, unpark_marker, Missing, PageRead,
-    Parked, FAULT_BATCH,
+    park_marker, park_state, prefetch_used, recover, resolve_fault, unpark_marker, Missing,
+    PageRead, Parked, FAULT_BATCH,
 };
 use crate::io_config::PollMode;
 use crate::page_table::PageNo;
 use crate::runtime::Shared;
 use crate::stats::Counters;
+use crate::store_errors::ReadFailure;
 use crate::sys::mem::Mapping;
 use crate::sys::now_ns;
 use crate::sys::uffd::{message_buffer, Fault};
@@ -313,20 +314,10 @@ impl<'a> RingHandler<'a> {
             self.submit(first, io.reads);
             return;
         }
-        if result != len as i32 {
-            let read = &io.reads[0];
-            self.rt.fatal(&format!(
-                "reading {} page(s) from backing slot {} (page {}) failed: {}",
-                io.reads.len(),
-                read.slot,
-                read.page,
-                if result < 0 {
-                    io::Error::from_raw_os_error(-result).to_string()
-                } else {
-                    format!("short read of {result} of {len} bytes")
-                }
-            ));
-        }
+        let failure = match self.rt.injector().read() {
+            Some(e) => Some(ReadFailure::from(e)),
+            None => ReadFailure::from_completion(result, len),
+        };
         let took = now_ns().saturating_sub(io.submitted_ns);
         for read in &io.reads {
             self.rt.store().read_done(read.slot);
@@ -337,9 +328,44 @@ impl<'a> RingHandler<'a> {
         for used in &mut self.buffer_used[first..first + io.reads.len()] {
             *used = false;
         }
-        self.install_completed(first, &io.reads);
+        match failure.is_none() && self.all_verified(first, &io.reads) {
+            true => self.install_completed(first, &io.reads),
+            false => self.install_recovered(first, &io.reads, failure),
+        }
         if let Some(group) = io.reads[0].group {
             self.group_request_done(group);
+        }
+    }
+
+    /// Whether every page of a request that read all its bytes matches its
+    /// checksum.
+    fn all_verified(&self, first: usize, reads: &[PageRead]) -> bool {
+        reads.iter().enumerate().all(|(i, r)| {
+            self.rt
+                .checksums
+                .verify(r.page, r.slot, self.page_bytes(first + i))
+        })
+    }
+
+    /// A request failed, or one of its pages failed its checksum: page by
+    /// page, each good page is installed and each bad one retried or given
+    /// up ([`recover`]).
+    fn install_recovered(&self, first: usize, reads: &[PageRead], failure: Option<ReadFailure>) {
+        for (i, read) in reads.iter().enumerate() {
+            let buf = self.buffer(first + i);
+            let checked = match failure {
+                Some(f) => Err(f),
+                None => self
+                    .rt
+                    .check_read(read.page, read.slot, self.page_bytes(first + i)),
+            };
+            let good = match checked {
+                Ok(()) => true,
+                Err(f) => recover(self.rt, read, buf, f),
+            };
+            if good {
+                finish_read(self.rt, read, buf);
+            }
         }
     }
 
@@ -693,6 +719,11 @@ impl<'a> RingHandler<'a> {
         for marker in std::mem::take(&mut self.markers) {
             unpark_marker(self.rt, marker.page, true);
         }
+    }
+
+    fn page_bytes(&self, i: usize) -> &[u8] {
+        // SAFETY: buffer `i` holds one page, which only this handler uses.
+        unsafe { std::slice::from_raw_parts(self.buffer(i), self.rt.page_size) }
     }
 
     fn buffer(&self, i: usize) -> *mut u8 {

@@ -4,7 +4,8 @@
 use std::io;
 
 use super::{
-    begin_fault, claim_for_prefetch, finish_read, resolve_fault, Missing, PageRead, FAULT_BATCH,
+    begin_fault, claim_for_prefetch, finish_read, read_and_check, resolve_fault, Missing, PageRead,
+    FAULT_BATCH,
 };
 use crate::page_table::PageNo;
 use crate::runtime::Shared;
@@ -71,24 +72,18 @@ pub(crate) fn run(rt: &Shared) {
     }
 }
 
-/// Reads a claimed page into the handler's buffer and installs it.
+/// Reads a claimed page into the handler's buffer and installs it, unless
+/// the read failed for good ([`read_and_check`]).
 pub(super) fn read_and_install(rt: &Shared, read: &PageRead, io_buffer: &Mapping) {
-    // SAFETY: the handler owns `io_buffer` (page-sized), and nothing else
-    // refers to it while the read runs.
-    let buf = unsafe { std::slice::from_raw_parts_mut(io_buffer.as_ptr(), rt.page_size) };
     let submitted = crate::sys::now_ns();
-    let result = rt.store().read(read.slot, buf);
+    let good = read_and_check(rt, read, io_buffer.as_ptr());
     if !read.prefetch {
         rt.read_latency
             .record(crate::sys::now_ns().saturating_sub(submitted));
     }
-    if let Err(e) = result {
-        rt.fatal(&format!(
-            "reading page {} from backing slot {} failed: {e}",
-            read.page, read.slot
-        ));
+    if good {
+        finish_read(rt, read, io_buffer.as_ptr());
     }
-    finish_read(rt, read, io_buffer.as_ptr());
 }
 
 /// A fixed prefetch degree (`TIERMEM_PREFETCH`) reads the pages after a

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::device_label::{self, Label, DATA_START};
 use super::{SlotWrite, Store, StoreInfo};
 use crate::error::{Error, Result};
 
@@ -40,6 +41,8 @@ pub struct FileStore {
     grow_lock: Mutex<()>,
     direct_io: bool,
     block_device: bool,
+    /// Where slot 0 starts: after tiermem's header on a block device.
+    data_start: u64,
     warned: AtomicBool,
 }
 
@@ -51,7 +54,11 @@ impl FileStore {
         let meta = std::fs::metadata(path);
         let (file, direct_io, block_device) = match &meta {
             Ok(m) if m.is_dir() => open_private_file_in(path)?,
-            Ok(m) if m.file_type().is_block_device() => open_existing(path, true)?,
+            Ok(m) if m.file_type().is_block_device() => {
+                let opened = open_existing(path, true)?;
+                take_device(&opened.0, path)?;
+                opened
+            }
             Ok(m) if m.is_file() => {
                 let opened = open_existing(path, false)?;
                 check_named_file(&opened.0, path)?;
@@ -73,7 +80,8 @@ impl FileStore {
                 ))
             }
         };
-        let room = available_bytes(&file, block_device, path)?;
+        let data_start = if block_device { DATA_START } else { 0 };
+        let room = available_bytes(&file, block_device, path)?.saturating_sub(data_start);
         // A limit above the free space is allowed: allocation fails with ENOMEM
         // once the space really runs out, never a page later.
         let capacity_bytes = size_limit.unwrap_or(room);
@@ -95,6 +103,7 @@ impl FileStore {
             grow_lock: Mutex::new(()),
             direct_io,
             block_device,
+            data_start,
             warned: AtomicBool::new(false),
         })
     }
@@ -104,7 +113,7 @@ impl FileStore {
     }
 
     fn offset(&self, slot: u64) -> i64 {
-        (slot * self.page_size as u64) as i64
+        (self.data_start + slot * self.page_size as u64) as i64
     }
 
     /// Without O_DIRECT, written and read pages would pile up in the page
@@ -393,11 +402,82 @@ fn open_existing(path: &Path, block_device: bool) -> Result<(File, bool, bool)> 
     let c = cstring(path)?;
     // A regular file is opened without following a link swapped in after
     // the checks; device paths (/dev/disk/by-id/...) are links by design.
-    let no_follow = if block_device { 0 } else { libc::O_NOFOLLOW };
-    let (f, direct) = open_maybe_direct(&c, libc::O_RDWR | no_follow, 0)
-        .map_err(|e| backing_err(path, "cannot open for reading and writing", e))?;
+    // O_EXCL on a block device fails while it is mounted or held by
+    // another exclusive user (a swap area, a device-mapper target).
+    let flags = match block_device {
+        true => libc::O_RDWR | libc::O_EXCL,
+        false => libc::O_RDWR | libc::O_NOFOLLOW,
+    };
+    let (f, direct) = open_maybe_direct(&c, flags, 0).map_err(|e| match e.raw_os_error() {
+        Some(libc::EBUSY) => backing_err(
+            path,
+            "is in use: mounted, an active swap area, or held by another program (opening it exclusively failed)",
+            e,
+        ),
+        _ => backing_err(path, "cannot open for reading and writing", e),
+    })?;
     claim_exclusively(&f, path)?;
     Ok((f, direct, block_device))
+}
+
+/// A block device is taken only if it is blank or already tiermem's, as
+/// `mkswap` and `swapon` check: a filesystem or other data on it is refused
+/// by name. A blank device gets tiermem's header, so the next run knows it.
+fn take_device(f: &File, path: &Path) -> Result<()> {
+    let label = device_label::inspect(f)
+        .map_err(|e| backing_err(path, "cannot read the start of the device", e))?;
+    let refusal = match label {
+        Label::Ours => return Ok(()),
+        Label::Blank => {
+            return device_label::write_header(f)
+                .map_err(|e| backing_err(path, "cannot write tiermem's header", e))
+        }
+        Label::Known(what) => format!("carries {what}"),
+        Label::Unknown => "holds data that tiermem did not write".to_string(),
+    };
+    Err(backing_err(
+        path,
+        &format!(
+            "{refusal}, which the store would overwrite; if it may be overwritten, \
+             run `tiermem format-store {}` first",
+            path.display()
+        ),
+        io::Error::from_raw_os_error(libc::EEXIST),
+    ))
+}
+
+/// `tiermem format-store`: writes tiermem's header on the block device at
+/// `path`, so that the store takes it. A device that is mounted or in use
+/// is refused; one with a filesystem or other data only with `force`.
+/// Returns what the device held before.
+pub fn format_device(path: &Path, force: bool) -> Result<Label> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| backing_err(path, "cannot inspect the path", e))?;
+    if !meta.file_type().is_block_device() {
+        return Err(backing_err(
+            path,
+            "is not a block device (a file or a directory needs no formatting)",
+            io::Error::from_raw_os_error(libc::ENOTBLK),
+        ));
+    }
+    let (f, _, _) = open_existing(path, true)?;
+    let label = device_label::inspect(&f)
+        .map_err(|e| backing_err(path, "cannot read the start of the device", e))?;
+    let occupied = match &label {
+        Label::Known(what) => Some(format!("carries {what}")),
+        Label::Unknown => Some("holds data that tiermem did not write".to_string()),
+        Label::Ours | Label::Blank => None,
+    };
+    if let (Some(occupied), false) = (occupied, force) {
+        return Err(backing_err(
+            path,
+            &format!("{occupied}; add --force to overwrite it"),
+            io::Error::from_raw_os_error(libc::EEXIST),
+        ));
+    }
+    device_label::write_header(&f)
+        .map_err(|e| backing_err(path, "cannot write tiermem's header", e))?;
+    Ok(label)
 }
 
 /// A backing file or device holds one process's pages at fixed offsets: a

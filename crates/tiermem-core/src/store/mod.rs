@@ -5,6 +5,7 @@
 //! from or into the tiered region (O_DIRECT into a registered range would
 //! fault inside the kernel on the handler's own behalf).
 
+mod device_label;
 mod file;
 mod forked;
 mod ring_writer;
@@ -14,7 +15,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
 
-pub use file::FileStore;
+pub use device_label::Label;
+pub use file::{format_device, FileStore};
 pub use forked::ForkedStore;
 pub use ring_writer::RingWriter;
 pub use slots::SlotAllocator;

@@ -20,6 +20,10 @@ const WRITEPROTECT_MODE_WP: u64 = 1;
 /// `UFFDIO_WRITEPROTECT_MODE_DONTWAKE`: clear without waking the writer.
 const WRITEPROTECT_MODE_DONTWAKE: u64 = 2;
 
+/// `UFFDIO_POISON`: `_IOWR(0xAA, 0x08, struct uffdio_poison)` (missing from
+/// the bindings' ioctl list).
+const UFFDIO_POISON: libc::c_ulong = 0xC020_AA08;
+
 /// Test hook: pretend userfaultfd is not permitted (see the bad-input tests).
 pub const ENV_DENY_UFFD_FOR_TESTS: &str = "TIERMEM_TEST_DENY_UFFD";
 
@@ -272,6 +276,33 @@ impl Uffd {
         loop {
             // SAFETY: `arg` is a valid uffdio_writeprotect.
             let rc = unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_WRITEPROTECT as _, &mut arg) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EAGAIN) {
+                return Err(err);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Marks a missing page as lost (`UFFDIO_POISON`, Linux 6.6+): every
+    /// access to it gets SIGBUS, as a page with a hardware memory error
+    /// does, until it is unmapped or discarded. Wakes the threads waiting on
+    /// it, which then take the SIGBUS.
+    pub fn poison(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut arg = uapi::uffdio_poison {
+            range: uapi::uffdio_range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: 0,
+            updated: 0,
+        };
+        loop {
+            // SAFETY: `arg` is a valid uffdio_poison the kernel reads and writes.
+            let rc = unsafe { libc::ioctl(self.raw(), UFFDIO_POISON as _, &mut arg) };
             if rc == 0 {
                 return Ok(());
             }

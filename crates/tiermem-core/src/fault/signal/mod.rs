@@ -45,11 +45,12 @@ use super::readahead::Window;
 use super::ring::{must_enter, PollClock};
 use super::{
     backoff, begin_fault, claim_for_prefetch_if_free, finish_read, finish_read_ahead_run,
-    is_parked_read_ahead, prefetch_used, resolve_fault, Missing, PageRead,
+    is_parked_read_ahead, prefetch_used, read_and_check, recover, resolve_fault, Missing, PageRead,
 };
 use crate::error::{Error, Result};
 use crate::page_table::PageNo;
 use crate::runtime::Shared;
+use crate::store_errors::ReadFailure;
 use crate::sys::now_ns;
 use crate::sys::signal::{install_bus_handler, BusFault};
 use crate::sys::thread::CancellationHeld;
@@ -262,15 +263,34 @@ fn read_and_install(rt: &Shared, slot: &mut Claimed<'_>) {
     };
     let reads = &mut *slot.reads;
     rt.read_latency.record(now_ns().saturating_sub(started));
-    if let Err((i, e)) = result {
-        // Fatal, as on every fault path: the page cannot be served, and
-        // with reads maybe still in flight the slot cannot be reused.
-        rt.fatal(&format!(
-            "reading page {} from backing slot {} failed: {e}",
-            reads[i].page, reads[i].slot
-        ));
+    match result {
+        Ok(()) if all_verified(rt, reads, slot.buffer) => install_all(rt, reads, slot.buffer),
+        Ok(()) => install_recovered(rt, reads, slot.buffer, None),
+        Err(ReadError::InFlight(e)) => {
+            // Reads may still be in flight into the buffers: the slot
+            // cannot be reused, and the page cannot be served.
+            rt.fatal(&format!("submitting page reads failed: {e}"))
+        }
+        Err(ReadError::Failed(i, failure)) => {
+            install_recovered(rt, reads, slot.buffer, Some((i, failure)))
+        }
     }
-    let buffer = |i: usize| slot.buffer.wrapping_add(i * rt.page_size);
+    reads.clear();
+}
+
+/// Whether every page read into `buffer` matches its checksum.
+fn all_verified(rt: &Shared, reads: &[PageRead], buffer: *mut u8) -> bool {
+    reads.iter().enumerate().all(|(i, r)| {
+        // SAFETY: the slot holds a page-sized buffer per read, ours alone.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(buffer.add(i * rt.page_size), rt.page_size) };
+        rt.checksums.verify(r.page, r.slot, bytes)
+    })
+}
+
+/// Installs the demand page, then the read-ahead pages in runs of one call.
+fn install_all(rt: &Shared, reads: &[PageRead], buffer: *mut u8) {
+    let buffer = |i: usize| buffer.wrapping_add(i * rt.page_size);
     finish_read(rt, &reads[0], buffer(0));
     let mut run = 1;
     while run < reads.len() {
@@ -281,7 +301,35 @@ fn read_and_install(rt: &Shared, slot: &mut Claimed<'_>) {
         finish_read_ahead_run(rt, &reads[run..end], buffer(run));
         run = end;
     }
-    reads.clear();
+}
+
+/// A read failed (`failed`: which one and why; the others may have failed
+/// unseen), or a page failed its checksum: page by page, each good page is
+/// installed and each bad one retried or given up ([`recover`]).
+fn install_recovered(
+    rt: &Shared,
+    reads: &[PageRead],
+    buffer: *mut u8,
+    failed: Option<(usize, ReadFailure)>,
+) {
+    for (i, read) in reads.iter().enumerate() {
+        let buf = buffer.wrapping_add(i * rt.page_size);
+        let good = match failed {
+            Some((at, failure)) if at == i => recover(rt, read, buf, failure),
+            Some(_) => read_and_check(rt, read, buf),
+            None => {
+                // SAFETY: the slot holds a page-sized buffer per read, ours alone.
+                let bytes = unsafe { std::slice::from_raw_parts(buf, rt.page_size) };
+                match rt.check_read(read.page, read.slot, bytes) {
+                    Ok(()) => true,
+                    Err(f) => recover(rt, read, buf, f),
+                }
+            }
+        };
+        if good {
+            finish_read(rt, read, buf);
+        }
+    }
 }
 
 /// pread of each claimed page into its buffer; the failing read's index.
@@ -290,12 +338,25 @@ fn pread_all(rt: &Shared, buffer: *mut u8, reads: &[PageRead]) -> ReadResult {
         // SAFETY: the slot holds a page-sized buffer per read, ours alone.
         let buf =
             unsafe { std::slice::from_raw_parts_mut(buffer.add(i * rt.page_size), rt.page_size) };
-        rt.store().read(read.slot, buf).map_err(|e| (i, e))?;
+        if let Some(e) = rt.injector().read() {
+            return Err(ReadError::Failed(i, ReadFailure::from(e)));
+        }
+        rt.store()
+            .read(read.slot, buf)
+            .map_err(|e| ReadError::Failed(i, ReadFailure::from(e)))?;
     }
     Ok(())
 }
 
-type ReadResult = std::result::Result<(), (usize, io::Error)>;
+/// How reading a slot's pages went wrong.
+enum ReadError {
+    /// The reads could not be submitted, and some may still be in flight.
+    InFlight(io::Error),
+    /// The read of page `.0` failed.
+    Failed(usize, ReadFailure),
+}
+
+type ReadResult = std::result::Result<(), ReadError>;
 
 /// Submits a read per claimed page to the slot's ring at once and waits
 /// for all of them by polling the ring for up to `POLL_NS`, then asleep.
@@ -314,7 +375,7 @@ fn ring_read_all(
         // completion is reaped below, before this function returns.
         if unsafe { ring.submission().push(&read_entry(rt, buffer, reads, i)) }.is_err() {
             let full = io::Error::other("the slot's ring is smaller than its buffers");
-            return Err((i, full));
+            return Err(ReadError::InFlight(full));
         }
     }
     let mut pending = reads.len();
@@ -333,7 +394,7 @@ fn ring_read_all(
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
                 // Reads may still be in flight into the buffers: the caller
                 // stops the process.
-                Err(e) => return Err((0, e)),
+                Err(e) => return Err(ReadError::InFlight(e)),
             }
         }
         let (_, mut queue, completions) = ring.split();
@@ -343,6 +404,9 @@ fn ring_read_all(
                 n if n == rt.page_size as i32 => {
                     pending -= 1;
                     rt.store().read_done(reads[i].slot);
+                    if let Some(e) = rt.injector().read() {
+                        failed.get_or_insert(ReadError::Failed(i, ReadFailure::from(e)));
+                    }
                     continue;
                 }
                 // Transient, as the handler threads' ring treats them: the
@@ -354,16 +418,13 @@ fn ring_read_all(
                         submitted = false;
                         continue;
                     }
-                    io::Error::from_raw_os_error(-n)
+                    ReadFailure::Io(-n)
                 }
-                n if n < 0 => io::Error::from_raw_os_error(-n),
-                n => io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("short read of {n} bytes of {}", rt.page_size),
-                ),
+                n => ReadFailure::from_completion(n, rt.page_size)
+                    .unwrap_or(ReadFailure::Io(libc::EIO)),
             };
             pending -= 1;
-            failed.get_or_insert((i, error));
+            failed.get_or_insert(ReadError::Failed(i, error));
         }
         drop(queue);
         std::hint::spin_loop();

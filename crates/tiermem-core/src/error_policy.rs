@@ -1,0 +1,262 @@
+//! What the runtime does when the backing store misbehaves: checksums on
+//! every slot, how long a failing write may keep failing, and the faults a
+//! test injects. Part of [`crate::Config`]; each setting has a `TIERMEM_*`
+//! variable and goes through the same error reporting.
+//!
+//! Injected faults follow SQLite's I/O-error tests: the store is real, and
+//! the n-th read or write reports EIO instead of its real result, so that a
+//! sweep over n reaches every error path the program can meet.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::config::invalid;
+use crate::error::{Error, Result};
+
+pub const ENV_CHECKSUMS: &str = "TIERMEM_CHECKSUMS";
+pub const ENV_IO_DEADLINE: &str = "TIERMEM_IO_DEADLINE";
+pub const ENV_INJECT_FAULTS: &str = "TIERMEM_INJECT_FAULTS";
+
+/// A store that keeps failing writes for this long stops the program.
+pub const DEFAULT_IO_DEADLINE: Duration = Duration::from_secs(60);
+const MAX_IO_DEADLINE_S: u64 = 24 * 3600;
+
+const INJECT_FORM: &str = "expected a comma-separated list of read:N, write:N, read:N-M \
+     or write:N- (the N-th read or write, counting from 1, a range of them, \
+     or every one from N on)";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrorPolicy {
+    /// crc32c and identity check of every page read back.
+    pub checksums: bool,
+    /// How long writes may keep failing before the program is stopped.
+    pub io_deadline: Duration,
+    /// Faults to inject (tests and the fault-injection sweep only).
+    pub inject: Injection,
+}
+
+impl Default for ErrorPolicy {
+    fn default() -> Self {
+        ErrorPolicy {
+            checksums: true,
+            io_deadline: DEFAULT_IO_DEADLINE,
+            inject: Injection::default(),
+        }
+    }
+}
+
+impl ErrorPolicy {
+    pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<ErrorPolicy> {
+        let mut p = ErrorPolicy::default();
+        if let Some(v) = lookup(ENV_CHECKSUMS) {
+            p.checksums = match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "on" | "yes" | "crc32c" => true,
+                "0" | "off" | "no" => false,
+                _ => return Err(invalid(ENV_CHECKSUMS, &v, "expected on or off")),
+            };
+        }
+        if let Some(v) = lookup(ENV_IO_DEADLINE) {
+            p.io_deadline = parse_deadline(&v)?;
+        }
+        if let Some(v) = lookup(ENV_INJECT_FAULTS) {
+            p.inject = v.parse()?;
+        }
+        Ok(p)
+    }
+
+    pub fn to_env(&self, env: &mut Vec<(&'static str, String)>) {
+        if !self.checksums {
+            env.push((ENV_CHECKSUMS, "off".into()));
+        }
+        if self.io_deadline != DEFAULT_IO_DEADLINE {
+            env.push((ENV_IO_DEADLINE, self.io_deadline.as_secs().to_string()));
+        }
+        if self.inject != Injection::default() {
+            env.push((ENV_INJECT_FAULTS, self.inject.to_string()));
+        }
+    }
+}
+
+/// Whole seconds, with an optional `s` (`60`, `60s`), from 1 s to a day.
+fn parse_deadline(v: &str) -> Result<Duration> {
+    let digits = v.trim().trim_end_matches('s');
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|s| (1..=MAX_IO_DEADLINE_S).contains(s))
+        .map(Duration::from_secs)
+        .ok_or_else(|| {
+            invalid(
+                ENV_IO_DEADLINE,
+                v,
+                "expected whole seconds from 1 to 86400, like 60 or 60s",
+            )
+        })
+}
+
+/// Reads and writes (1-based, in the order the runtime issues them) that
+/// fail with EIO. Each range is inclusive; `last == u64::MAX` is open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Injection {
+    pub reads: Option<(u64, u64)>,
+    pub writes: Option<(u64, u64)>,
+}
+
+impl std::str::FromStr for Injection {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Injection> {
+        let mut inj = Injection::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (op, range) = part
+                .split_once(':')
+                .ok_or_else(|| invalid(ENV_INJECT_FAULTS, s, INJECT_FORM))?;
+            let range =
+                parse_range(range).ok_or_else(|| invalid(ENV_INJECT_FAULTS, s, INJECT_FORM))?;
+            match op.trim() {
+                "read" => inj.reads = Some(range),
+                "write" => inj.writes = Some(range),
+                _ => return Err(invalid(ENV_INJECT_FAULTS, s, INJECT_FORM)),
+            }
+        }
+        Ok(inj)
+    }
+}
+
+fn parse_range(r: &str) -> Option<(u64, u64)> {
+    let r = r.trim();
+    let (first, last) = match r.split_once('-') {
+        None => {
+            let n = r.parse().ok()?;
+            (n, n)
+        }
+        Some((a, "")) => (a.parse().ok()?, u64::MAX),
+        Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+    };
+    (first >= 1 && last >= first).then_some((first, last))
+}
+
+impl std::fmt::Display for Injection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut sep = "";
+        for (op, range) in [("read", self.reads), ("write", self.writes)] {
+            let Some((first, last)) = range else { continue };
+            match last {
+                u64::MAX => write!(f, "{sep}{op}:{first}-")?,
+                l if l == first => write!(f, "{sep}{op}:{first}")?,
+                l => write!(f, "{sep}{op}:{first}-{l}")?,
+            }
+            sep = ",";
+        }
+        Ok(())
+    }
+}
+
+/// Counts reads and writes and says which ones fail. Without an injection
+/// it costs one branch per I/O.
+#[derive(Default)]
+pub(crate) struct Injector {
+    plan: Injection,
+    reads: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl Injector {
+    pub fn new(plan: Injection) -> Injector {
+        Injector {
+            plan,
+            ..Injector::default()
+        }
+    }
+
+    /// Counts one read request; the error it must report instead, if any.
+    pub fn read(&self) -> Option<std::io::Error> {
+        Self::next(self.plan.reads?, &self.reads)
+    }
+
+    /// Counts one write request; the error it must report instead, if any.
+    pub fn write(&self) -> Option<std::io::Error> {
+        Self::next(self.plan.writes?, &self.writes)
+    }
+
+    fn next((first, last): (u64, u64), count: &AtomicU64) -> Option<std::io::Error> {
+        let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+        (first..=last)
+            .contains(&n)
+            .then(|| std::io::Error::from_raw_os_error(libc::EIO))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(vars: &[(&str, &str)]) -> Result<ErrorPolicy> {
+        ErrorPolicy::from_lookup(&|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn injections_parse_and_print_back() {
+        for text in ["read:3", "write:7-", "read:2-3,write:1"] {
+            let inj: Injection = text.parse().unwrap();
+            assert_eq!(inj.to_string(), text);
+        }
+        let inj: Injection = "read:5-".parse().unwrap();
+        assert_eq!(inj.reads, Some((5, u64::MAX)));
+    }
+
+    #[test]
+    fn bad_injections_say_the_form() {
+        for bad in ["read", "read:0", "seek:3", "read:5-2", "write:x"] {
+            let err = bad.parse::<Injection>().unwrap_err().to_string();
+            assert!(
+                err.contains(ENV_INJECT_FAULTS) && err.contains("read:N"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn injector_fails_exactly_the_planned_requests() {
+        let inj = Injector::new("read:2-3".parse().unwrap());
+        let failed: Vec<bool> = (0..5).map(|_| inj.read().is_some()).collect();
+        assert_eq!(failed, [false, true, true, false, false]);
+        assert!(inj.write().is_none());
+    }
+
+    #[test]
+    fn settings_round_trip_through_the_environment() {
+        let p = policy(&[
+            (ENV_CHECKSUMS, "off"),
+            (ENV_IO_DEADLINE, "5s"),
+            (ENV_INJECT_FAULTS, "write:4-"),
+        ])
+        .unwrap();
+        assert!(!p.checksums);
+        assert_eq!(p.io_deadline, Duration::from_secs(5));
+        let mut env = Vec::new();
+        p.to_env(&mut env);
+        let again = policy(
+            &env.iter()
+                .map(|(k, v)| (*k, v.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert_eq!(again, p);
+    }
+
+    #[test]
+    fn bad_deadlines_and_switches_are_refused() {
+        for (k, v) in [
+            (ENV_IO_DEADLINE, "0"),
+            (ENV_IO_DEADLINE, "1m"),
+            (ENV_CHECKSUMS, "maybe"),
+        ] {
+            let err = policy(&[(k, v)]).unwrap_err().to_string();
+            assert!(err.contains(k), "{err}");
+        }
+    }
+}
