@@ -273,9 +273,16 @@ impl Uffd {
             },
             mode,
         };
+        self.ioctl_until_done(ioctl::UFFDIO_WRITEPROTECT as _, &mut arg)
+    }
+
+    /// A range ioctl, retried while the kernel says EAGAIN (the mm is
+    /// changing under it, e.g. during a fork).
+    fn ioctl_until_done<T>(&self, request: libc::c_ulong, arg: &mut T) -> io::Result<()> {
         loop {
-            // SAFETY: `arg` is a valid uffdio_writeprotect.
-            let rc = unsafe { libc::ioctl(self.raw(), ioctl::UFFDIO_WRITEPROTECT as _, &mut arg) };
+            // SAFETY: every caller passes the argument struct `request`
+            // expects, valid for the kernel to read and write.
+            let rc = unsafe { libc::ioctl(self.raw(), request as _, arg as *mut T) };
             if rc == 0 {
                 return Ok(());
             }
@@ -300,18 +307,7 @@ impl Uffd {
             mode: 0,
             updated: 0,
         };
-        loop {
-            // SAFETY: `arg` is a valid uffdio_poison the kernel reads and writes.
-            let rc = unsafe { libc::ioctl(self.raw(), UFFDIO_POISON as _, &mut arg) };
-            if rc == 0 {
-                return Ok(());
-            }
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EAGAIN) {
-                return Err(err);
-            }
-            std::thread::yield_now();
-        }
+        self.ioctl_until_done(UFFDIO_POISON, &mut arg)
     }
 
     /// Wakes threads waiting on a range whose fault was resolved elsewhere.
