@@ -133,10 +133,13 @@ fn injected_io_errors_never_hand_back_wrong_data() {
     plans.push(("read:5,write:3".into(), true));
     // The other two read paths: pread handlers, and faulting threads that
     // read for themselves (signal delivery).
-    let engines: [Env; 3] = [
+    // And set-associative placement, where a miss writes its set's victim
+    // on the fault path.
+    let engines: [Env; 4] = [
         &[],
         &[("TIERMEM_IO_ENGINE", "psync")],
         &[("TIERMEM_FAULTS", "signal")],
+        &[("TIERMEM_ASSOCIATIVITY", "4")],
     ];
     let runs: Vec<(String, bool, Env)> = engines
         .iter()
@@ -146,7 +149,7 @@ fn injected_io_errors_never_hand_back_wrong_data() {
                 .iter()
                 .enumerate()
                 // Every plan with the default engine, every third with the others.
-                .filter(move |(i, _)| e == 0 || i % 3 == e)
+                .filter(move |(i, _)| e == 0 || i % 3 == e % 3)
                 .map(move |(_, (plan, survive))| (plan.clone(), *survive, *env))
         })
         .collect();
@@ -191,14 +194,15 @@ fn injected_io_errors_never_hand_back_wrong_data() {
 }
 
 /// Writes that never succeed stop the program once the deadline passes
-/// (2 s here), with the diagnostic, instead of leaving it waiting for DRAM.
+/// (12 s here), with the diagnostic, instead of leaving it waiting for DRAM;
+/// meanwhile the fault waiting for DRAM is reported after 10 s, with why.
 #[test]
 fn writes_that_keep_failing_stop_the_program_at_the_deadline() {
     let client = Client::new("deadline");
     let started = Instant::now();
     let (outcome, text) = client.run(&[
         ("TIERMEM_INJECT_FAULTS", "write:1-"),
-        ("TIERMEM_IO_DEADLINE", "2"),
+        ("TIERMEM_IO_DEADLINE", "12"),
     ]);
     let took = started.elapsed();
     assert_eq!(
@@ -208,9 +212,14 @@ fn writes_that_keep_failing_stop_the_program_at_the_deadline() {
         },
         "{text}"
     );
-    assert!(text.contains("have failed for 2 s"), "{text}");
+    assert!(text.contains("have failed for 12 s"), "{text}");
     assert!(
-        took < Duration::from_secs(30),
+        text.contains("a fault has waited 10 s for DRAM")
+            && text.contains("writes to the backing store have failed for"),
+        "no stall report: {text}"
+    );
+    assert!(
+        took < Duration::from_secs(40),
         "stopped only after {took:?}"
     );
 }

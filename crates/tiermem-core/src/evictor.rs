@@ -31,7 +31,7 @@ pub const BATCH: usize = 64;
 /// How long the evictor waits before it writes pages again after a failed
 /// write: long enough not to flood a failing device, short enough that
 /// one bad block costs the program little.
-const WRITE_RETRY: Duration = Duration::from_millis(100);
+pub(crate) const WRITE_RETRY: Duration = Duration::from_millis(100);
 
 pub(crate) fn evictor_loop(rt: &Shared) {
     keep_off_the_fault_path();

@@ -40,6 +40,14 @@ impl Checksums {
         self.sums.is_some()
     }
 
+    /// DRAM the sums of `touched_pages` pages take.
+    pub fn committed_bytes(&self, touched_pages: u64) -> u64 {
+        match self.enabled() {
+            true => touched_pages * 4,
+            false => 0,
+        }
+    }
+
     /// Records the sum of `data`, about to be written to `slot` for `page`.
     #[inline]
     pub fn seal(&self, page: PageNo, slot: u64, data: &[u8]) {

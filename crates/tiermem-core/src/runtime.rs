@@ -666,6 +666,7 @@ impl Runtime {
         s.stored_bytes = rt.slots().in_use() * page;
         s.backing_capacity_bytes = rt.slots().capacity() * page;
         s.metadata_bytes = rt.table.committed_bytes(allocated_pages)
+            + rt.checksums.committed_bytes(allocated_pages)
             + rt.slots().metadata_bytes()
             + rt.frames.touched_bytes().saturating_sub(s.resident_bytes)
             + io_buffer_bytes(rt);

@@ -4,7 +4,7 @@
 //! is dirty (write-back), which is exactly what makes such a cache's misses
 //! dearer after writes.
 
-use crate::evictor::{count_if_wasted, frame_is_zero, take_fresh_slots};
+use crate::evictor::{count_if_wasted, frame_is_zero, take_fresh_slots, WRITE_RETRY};
 use crate::page_table::{Kind, PageNo, PageState};
 use crate::runtime::Shared;
 use crate::stats::Counters;
@@ -94,6 +94,9 @@ fn write_out(rt: &Shared, victim: PageNo, src: *const u8, state: PageState) -> O
     };
     if let Err(e) = written {
         rt.write_failed(&e, &[slot]);
+        // The fault is retried at once: without a pause, a failing device
+        // would have a slot quarantined per retry, as fast as the CPU goes.
+        std::thread::sleep(WRITE_RETRY);
         return None;
     }
     rt.write_succeeded();

@@ -229,8 +229,8 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
                 true
             }
             Kind::Loading | Kind::Evicting => return Missing::Busy,
-            // Its poison marker is gone (a forked child's copy of the
-            // arena has none): the access still gets SIGBUS.
+            // A lost page whose poison marker is no longer in the page
+            // table: mark it again, so the access still gets SIGBUS.
             Kind::Poisoned => {
                 read_error::poison_again(rt, page);
                 true
