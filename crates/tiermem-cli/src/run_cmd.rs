@@ -92,9 +92,11 @@ pub struct RunArgs {
     dram: Option<String>,
 
     /// Backing store: a directory (a private, already unlinked file is
-    /// created there), a regular file of mode 0600, or a block device. It
-    /// must be readable and writable. [default: TIERMEM_BACKING, else
-    /// /var/tmp]
+    /// created there), a regular file of mode 0600 that is empty or
+    /// tiermem's, or a block device that is blank or tiermem's (see
+    /// `tiermem format-store`). A file or device serves one process at a
+    /// time; programs a process starts while holding it page to /var/tmp.
+    /// [default: TIERMEM_BACKING, else /var/tmp]
     #[arg(long, value_name = "PATH")]
     backing: Option<String>,
 

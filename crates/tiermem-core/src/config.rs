@@ -28,7 +28,7 @@ const MAX_WATERMARK_SCALE: u32 = 5000;
 pub const MIN_PAGE_SIZE: usize = 4096;
 pub const MAX_PAGE_SIZE: usize = 2 << 20;
 const DEFAULT_BUDGET_PERCENT: u64 = 25;
-pub(crate) const DEFAULT_BACKING_DIR: &str = "/var/tmp";
+pub const DEFAULT_BACKING_DIR: &str = "/var/tmp";
 const MAX_HANDLER_THREADS: usize = 64;
 
 const SIZE_FORM: &str = "expected a size like 262144, 256K, 256M, 4G or 25% (of physical RAM)";

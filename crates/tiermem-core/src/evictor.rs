@@ -567,8 +567,13 @@ pub(crate) fn take_fresh_slots(rt: &Shared, n: usize, out: &mut Vec<u64>) -> boo
 
 /// The evictor writes through its own io_uring when the fault path uses
 /// io_uring, and says so in the stats; otherwise, or where the ring cannot
-/// be set up, with the store's pwritev.
+/// be set up, with the store's pwritev. A buffered store is always written
+/// with pwritev, which syncs each batch before it counts as stored.
 fn write_ring(rt: &Shared) -> Option<RingWriter> {
+    if !rt.store().writes_are_durable_on_completion() {
+        rt.note_write_engine("pwritev + fdatasync (buffered store)");
+        return None;
+    }
     if rt.config.io.engine != IoEngine::IoUring {
         rt.note_write_engine("pwritev (TIERMEM_IO_ENGINE=psync)");
         return None;

@@ -12,10 +12,21 @@ static GLOBAL: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
 /// Starts the process-wide runtime with `config`. Fails with EBUSY-like
 /// `Unavailable` if it is already running.
 pub fn init(config: Config) -> Result<&'static Runtime> {
+    init_with_fallback(config, |_| None)
+}
+
+/// As [`init`]; if the start fails with an error for which `fallback`
+/// gives another configuration, starts with that one instead.
+pub fn init_with_fallback(
+    config: Config,
+    fallback: impl FnOnce(&Error) -> Option<Config>,
+) -> Result<&'static Runtime> {
     let mut fresh = false;
     let slot = GLOBAL.get_or_init(|| {
         fresh = true;
-        Runtime::new(config).map_err(|e| e.to_string())
+        Runtime::new(config)
+            .or_else(|e| fallback(&e).map_or(Err(e), Runtime::new))
+            .map_err(|e| e.to_string())
     });
     match slot {
         Ok(rt) if fresh => Ok(rt),

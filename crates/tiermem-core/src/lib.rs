@@ -43,11 +43,13 @@ pub mod sys;
 mod transparent;
 
 pub use buffer::TieredBuf;
-pub use config::{parse_size, Config, ConfigBuilder, FaultDelivery, PolicyKind, SizeSpec};
+pub use config::{
+    parse_size, Config, ConfigBuilder, FaultDelivery, PolicyKind, SizeSpec, DEFAULT_BACKING_DIR,
+};
 pub use error::{Error, Result};
 pub use error_policy::{ErrorPolicy, Injection};
 pub use io_config::{IoEngine, IoSettings, PollMode};
 pub use organization::{Inclusion, Organization, Preset, WritePolicy};
 pub use runtime::{set_thread_start_hook, Runtime};
 pub use stats::{LatencySummary, Stats};
-pub use store::{format_device, Label as DeviceLabel};
+pub use store::{format_store, Label as StoreLabel};

@@ -177,6 +177,66 @@ fn a_backing_file_tiermem_used_is_taken_again() {
     Runtime::new(config()).expect("the file tiermem wrote is taken again");
 }
 
+/// A regular file that holds data can be given to tiermem on purpose with
+/// `format_store` (`tiermem format-store FILE`), for files that cannot be
+/// emptied, such as a FUSE export of a disk: the store then keeps the
+/// file's size, its pages after the 1 MiB header. A file too small for the
+/// header is refused, and one holding data only with `force`.
+#[test]
+fn a_formatted_file_keeps_its_size() {
+    let _guard = hang_guard(
+        "a_formatted_file_keeps_its_size",
+        std::time::Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let small = dir.path().join("small");
+    private_file(&small, &[1u8; 4096]);
+    let e = tiermem_core::format_store(&small, true).unwrap_err();
+    assert!(e.to_string().contains("needs at least"), "{e}");
+
+    let path = dir.path().join("disk");
+    private_file(&path, &[9u8; 9 << 20]);
+    let e = tiermem_core::format_store(&path, false).unwrap_err();
+    assert!(e.to_string().contains("add --force"), "{e}");
+    let before = tiermem_core::format_store(&path, true).expect("formatting with force");
+    assert_eq!(before, tiermem_core::StoreLabel::Unknown);
+
+    let rt = Runtime::new(
+        Config::builder()
+            .dram_budget(4 * MIB)
+            .backing(&path)
+            .build()
+            .unwrap(),
+    )
+    .expect("a formatted file is taken");
+    assert_eq!(
+        rt.stats().backing_capacity_bytes,
+        8 << 20,
+        "the size after the header"
+    );
+    let buf = rt.alloc(6 * MIB as usize).expect("alloc");
+    // SAFETY: the allocation is 6 MiB; every byte is written, then read.
+    unsafe {
+        for i in 0..6 * MIB as usize {
+            buf.as_ptr().add(i).write_volatile((i % 253) as u8);
+        }
+        for i in 0..6 * MIB as usize {
+            assert_eq!(
+                buf.as_ptr().add(i).read_volatile(),
+                (i % 253) as u8,
+                "byte {i}"
+            );
+        }
+    }
+    assert!(rt.stats().page_outs > 0, "nothing reached the file");
+    drop(rt);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        9 << 20,
+        "the file's size changed"
+    );
+}
+
 /// A symbolic link to a regular file is refused (it could point anywhere);
 /// so is a file owned by another user.
 #[test]

@@ -1,7 +1,10 @@
-//! The one-screen summary a tiered program prints to stderr at exit
-//! (`tiermem run --stats`, or `TIERMEM_STATS=1`).
+//! What a tiered program prints to stderr at exit: the one-screen summary
+//! (`tiermem run --stats`, or `TIERMEM_STATS=1`), and a note when it paged
+//! to a private file instead of the backing store the run was given.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
 
 use tiermem_core::Stats;
 
@@ -11,12 +14,39 @@ use super::{program_name, runtime, Guard};
 /// they exit, and the summary must still get out.
 static STDERR_COPY: AtomicI32 = AtomicI32::new(-1);
 
+/// The backing store this process found held by another process of its
+/// run; see [`note_spill`].
+static SPILLED_FROM: OnceLock<PathBuf> = OnceLock::new();
+
 pub fn register() {
-    // SAFETY: duplicates fd 2 to a close-on-exec descriptor, and registers a
-    // plain extern "C" function with no arguments.
-    unsafe {
-        STDERR_COPY.store(libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3), Ordering::Relaxed);
-        libc::atexit(print_at_exit);
+    keep_stderr();
+    // SAFETY: registers a plain extern "C" function with no arguments.
+    unsafe { libc::atexit(print_at_exit) };
+}
+
+/// Says at exit, if this process paged anything, that its pages went to a
+/// private file and not to `named`. Short-lived helpers of a run (a shell,
+/// `env`, a version manager's shim) page nothing and stay quiet.
+pub fn note_spill(named: PathBuf) {
+    if SPILLED_FROM.set(named).is_ok() {
+        keep_stderr();
+        // SAFETY: registers a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(report_spill) };
+    }
+}
+
+fn keep_stderr() {
+    if STDERR_COPY.load(Ordering::Relaxed) == -1 {
+        // SAFETY: duplicates fd 2 to a close-on-exec descriptor.
+        let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+        STDERR_COPY.store(fd, Ordering::Relaxed);
+    }
+}
+
+fn stderr_fd() -> i32 {
+    match STDERR_COPY.load(Ordering::Relaxed) {
+        -1 => 2,
+        fd => fd,
     }
 }
 
@@ -24,11 +54,26 @@ extern "C" fn print_at_exit() {
     let _inside = Guard::enter();
     let s = runtime().stats();
     let text = summary(&program_name(), std::process::id(), &s);
-    let fd = match STDERR_COPY.load(Ordering::Relaxed) {
-        -1 => 2,
-        fd => fd,
+    write_all(stderr_fd(), text.as_bytes());
+}
+
+extern "C" fn report_spill() {
+    let _inside = Guard::enter();
+    let (Some(named), s) = (SPILLED_FROM.get(), runtime().stats()) else {
+        return;
     };
-    write_all(fd, text.as_bytes());
+    if s.page_outs == 0 {
+        return;
+    }
+    let text = format!(
+        "tiermem: {} (pid {}) paged {} to a private file in {}, not to {}: another process of this run held that backing store when this one started\n",
+        program_name(),
+        std::process::id(),
+        mib(s.bytes_written),
+        s.backing_path,
+        named.display()
+    );
+    write_all(stderr_fd(), text.as_bytes());
 }
 
 fn write_all(fd: i32, mut bytes: &[u8]) {

@@ -20,7 +20,7 @@ mod mmap;
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
-use tiermem_core::{global, parse_size, Config, Runtime};
+use tiermem_core::{global, parse_size, Config, Runtime, DEFAULT_BACKING_DIR};
 
 pub use guard::Guard;
 
@@ -88,14 +88,8 @@ fn start() -> Result<(), String> {
     let config = Config::from_env()
         .and_then(|c| c.check_transparent().map(|()| c))
         .map_err(|e| e.to_string())?;
-    let backing_is_dir = config.backing.is_dir();
-    let rt = global::init(config).map_err(|e| e.to_string())?;
-    if !backing_is_dir {
-        // This process holds the backing file or device exclusively; the
-        // programs it execs get private files in the default directory.
-        // SAFETY: setenv with NUL-terminated strings, before the program's threads exist.
-        unsafe { libc::setenv(c"TIERMEM_BACKING".as_ptr(), c"/var/tmp".as_ptr(), 1) };
-    }
+    let rt = global::init_with_fallback(config, private_file_if_store_in_use)
+        .map_err(|e| e.to_string())?;
     give_mimalloc_its_arena(rt)?;
     RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
     fork::install();
@@ -111,6 +105,23 @@ fn start() -> Result<(), String> {
     }
     STATE.store(ACTIVE, Ordering::Release);
     Ok(())
+}
+
+/// A backing file or device serves one process. The first process of a
+/// run takes it, and keeps it across its own exec (the descriptor closes,
+/// the next image opens it again): a wrapper that execs the real program,
+/// such as a pyenv shim, hands the store on. A process started while
+/// another one of the run holds it (a forked child that execs) pages to a
+/// private file in the default directory instead, and says so at exit if
+/// it paged anything.
+fn private_file_if_store_in_use(e: &tiermem_core::Error) -> Option<Config> {
+    if !e.is_store_in_use() {
+        return None;
+    }
+    let mut config = Config::from_env().ok()?;
+    exit_stats::note_spill(config.backing.clone());
+    config.backing = DEFAULT_BACKING_DIR.into();
+    Some(config)
 }
 
 /// Reserves the malloc arena in the lazily committed zone and hands it to

@@ -5,6 +5,8 @@
 //! taken. The header (written by `tiermem format-store DEV`, or when a
 //! blank device is first taken) fills the first [`DATA_START`] bytes, so
 //! the store's slots begin after it and a later run recognises the device.
+//! A regular file formatted with `tiermem format-store FILE` carries the
+//! same header.
 
 use std::io;
 use std::os::fd::AsRawFd;

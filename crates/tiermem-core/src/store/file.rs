@@ -1,6 +1,14 @@
 //! A store on a private file (or a block device), with O_DIRECT where the
 //! filesystem allows it and pread/pwrite for I/O.
 //!
+//! Where the filesystem refuses O_DIRECT (tmpfs, FUSE mounts such as
+//! `nbdfuse`), I/O goes through the page cache, and a write that reached the
+//! cache has not reached the device: its error would surface later, at an
+//! fsync nobody makes, and the page would be reported as stored. So a
+//! buffered store syncs every batch of writes (`fdatasync`) before its
+//! pages count as stored, drops them from the cache so that later reads go
+//! to the device, and turns off read-ahead on the file.
+//!
 //! The file is created with O_TMPFILE (or unlinked right after creation) and
 //! mode 0600: nobody else can open it, and it disappears with the process.
 //!
@@ -30,6 +38,29 @@ const GROW_CHUNK: u64 = 64 << 20;
 /// Most iovecs per pwritev.
 const MAX_IOV: usize = 1024;
 
+/// How a store lies on what it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// A file that grows as slots are needed, from byte 0: a private file
+    /// in a directory, or an empty (or tiermem-marked) file the user named.
+    Growing,
+    /// A block device carrying tiermem's header: fixed size, slots after it.
+    Device,
+    /// A regular file carrying tiermem's header (`tiermem format-store
+    /// FILE`), for files that cannot be truncated or grown, such as a FUSE
+    /// export of a remote disk: fixed size, slots after the header.
+    FormattedFile,
+}
+
+impl Layout {
+    fn data_start(self) -> u64 {
+        match self {
+            Layout::Growing => 0,
+            Layout::Device | Layout::FormattedFile => DATA_START,
+        }
+    }
+}
+
 pub struct FileStore {
     file: File,
     path: PathBuf,
@@ -40,6 +71,10 @@ pub struct FileStore {
     backed_slots: AtomicU64,
     grow_lock: Mutex<()>,
     direct_io: bool,
+    /// Held from a buffered batch's first write to its `fdatasync`: the
+    /// error that `fdatasync` reports belongs to the file description, so
+    /// two batches syncing at once could each take the other's error.
+    buffered_batch: Mutex<()>,
     block_device: bool,
     /// Where slot 0 starts: after tiermem's header on a block device.
     data_start: u64,
@@ -51,40 +86,23 @@ impl FileStore {
     /// `size_limit` caps the capacity; otherwise the free space decides.
     pub fn open(path: &Path, page_size: usize, size_limit: Option<u64>) -> Result<FileStore> {
         refuse_link_to_file(path)?;
-        let meta = std::fs::metadata(path);
-        let (file, direct_io, block_device) = match &meta {
-            Ok(m) if m.is_dir() => open_private_file_in(path)?,
-            Ok(m) if m.file_type().is_block_device() => {
-                let opened = open_existing(path, true)?;
-                take_device(&opened.0, path)?;
-                opened
-            }
-            Ok(m) if m.is_file() => {
-                let opened = open_existing(path, false)?;
-                check_named_file(&opened.0, path)?;
-                opened
-            }
-            Ok(_) => {
-                return Err(backing_err(
-                    path,
-                    "not a directory, regular file or block device",
-                    io::ErrorKind::InvalidInput.into(),
-                ))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => create_private_file(path)?,
-            Err(e) => {
-                return Err(backing_err(
-                    path,
-                    "cannot inspect the backing path",
-                    clone_err(e),
-                ))
+        let (file, direct_io, layout) = open_by_kind(path)?;
+        if !direct_io {
+            read_without_read_ahead(&file);
+        }
+        let data_start = layout.data_start();
+        let room = match layout {
+            Layout::Growing => available_bytes(&file, path)?,
+            Layout::Device | Layout::FormattedFile => {
+                fixed_size(&file, path)?.saturating_sub(data_start)
             }
         };
-        let data_start = if block_device { DATA_START } else { 0 };
-        let room = available_bytes(&file, block_device, path)?.saturating_sub(data_start);
         // A limit above the free space is allowed: allocation fails with ENOMEM
         // once the space really runs out, never a page later.
-        let capacity_bytes = size_limit.unwrap_or(room);
+        let capacity_bytes = match layout {
+            Layout::Growing => size_limit.unwrap_or(room),
+            _ => size_limit.map_or(room, |limit| limit.min(room)),
+        };
         let capacity_slots = capacity_bytes / page_size as u64;
         if capacity_slots == 0 {
             return Err(backing_err(
@@ -93,7 +111,10 @@ impl FileStore {
                 io::Error::from_raw_os_error(libc::ENOSPC),
             ));
         }
-        let backed = if block_device { capacity_slots } else { 0 };
+        let backed = match layout {
+            Layout::Growing => 0,
+            _ => capacity_slots,
+        };
         Ok(FileStore {
             file,
             path: path.to_path_buf(),
@@ -102,7 +123,8 @@ impl FileStore {
             backed_slots: AtomicU64::new(backed),
             grow_lock: Mutex::new(()),
             direct_io,
-            block_device,
+            buffered_batch: Mutex::new(()),
+            block_device: layout == Layout::Device,
             data_start,
             warned: AtomicBool::new(false),
         })
@@ -202,7 +224,30 @@ impl FileStore {
             }
             done += n as usize;
         }
-        self.drop_cached(self.offset(first_slot), total);
+        Ok(())
+    }
+
+    /// Writes each run of adjacent slots with one `pwritev`.
+    fn write_runs(&self, writes: &[SlotWrite]) -> io::Result<()> {
+        for run in runs_of_adjacent_slots(writes) {
+            let bufs: Vec<*const u8> = run.iter().map(|w| w.src).collect();
+            self.write_run(run[0].slot, &bufs)?;
+        }
+        Ok(())
+    }
+
+    /// A buffered batch: written, synced, then dropped from the page cache,
+    /// all under `buffered_batch` (see its field comment).
+    fn write_buffered(&self, writes: &[SlotWrite]) -> io::Result<()> {
+        let _batch = self
+            .buffered_batch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.write_runs(writes)?;
+        self.file.sync_data()?;
+        for run in runs_of_adjacent_slots(writes) {
+            self.drop_cached(self.offset(run[0].slot), run.len() * self.page_size);
+        }
         Ok(())
     }
 
@@ -210,7 +255,7 @@ impl FileStore {
     pub fn warn_if_buffered(&self) {
         if !self.direct_io && !self.warned.swap(true, Ordering::Relaxed) {
             eprintln!(
-                "tiermem: warning: {} does not support O_DIRECT; using buffered I/O and dropping the page cache after each transfer",
+                "tiermem: warning: {} does not support O_DIRECT; using buffered I/O: every batch of written pages is synced (fdatasync) and dropped from the page cache before it counts as stored, which makes paging slower",
                 self.path.display()
             );
         }
@@ -295,20 +340,15 @@ impl Store for FileStore {
     }
 
     fn write_batch(&self, writes: &[SlotWrite]) -> io::Result<()> {
-        let mut run_start = 0;
-        while run_start < writes.len() {
-            let mut run_end = run_start + 1;
-            while run_end < writes.len()
-                && run_end - run_start < MAX_IOV
-                && writes[run_end].slot == writes[run_end - 1].slot + 1
-            {
-                run_end += 1;
-            }
-            let bufs: Vec<*const u8> = writes[run_start..run_end].iter().map(|w| w.src).collect();
-            self.write_run(writes[run_start].slot, &bufs)?;
-            run_start = run_end;
+        if self.direct_io {
+            self.write_runs(writes)
+        } else {
+            self.write_buffered(writes)
         }
-        Ok(())
+    }
+
+    fn writes_are_durable_on_completion(&self) -> bool {
+        self.direct_io
     }
 
     fn info(&self) -> StoreInfo {
@@ -318,6 +358,21 @@ impl Store for FileStore {
             block_device: self.block_device,
         }
     }
+}
+
+/// Runs of adjacent slots in `writes` (sorted by slot), each at most
+/// `MAX_IOV` pages.
+fn runs_of_adjacent_slots(writes: &[SlotWrite]) -> impl Iterator<Item = &[SlotWrite]> {
+    writes
+        .chunk_by(|a, b| b.slot == a.slot + 1)
+        .flat_map(|run| run.chunks(MAX_IOV))
+}
+
+/// Slots are read one at a time in random order: read-ahead would fill the
+/// page cache with neighbours nobody asked for.
+fn read_without_read_ahead(file: &File) {
+    // SAFETY: fadvise on a descriptor we own, over the whole file.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
 }
 
 fn backing_err(path: &Path, what: &str, source: io::Error) -> Error {
@@ -346,6 +401,7 @@ fn cstring(path: &Path) -> Result<CString> {
 }
 
 /// open(2) with O_DIRECT, retrying without it where the filesystem refuses.
+/// Returns whether I/O really bypasses the page cache.
 fn open_maybe_direct(path: &CString, flags: i32, mode: u32) -> io::Result<(File, bool)> {
     for direct in [true, false] {
         let f = flags | libc::O_CLOEXEC | if direct { libc::O_DIRECT } else { 0 };
@@ -353,7 +409,9 @@ fn open_maybe_direct(path: &CString, flags: i32, mode: u32) -> io::Result<(File,
         let fd = unsafe { libc::open(path.as_ptr(), f, mode) };
         if fd >= 0 {
             // SAFETY: `fd` is a fresh descriptor that we now own.
-            return Ok((unsafe { File::from_raw_fd(fd) }, direct));
+            let file = unsafe { File::from_raw_fd(fd) };
+            let bypasses = direct && !direct_io_falls_back_to_cache(&file);
+            return Ok((file, bypasses));
         }
         let err = io::Error::last_os_error();
         if !(direct && err.raw_os_error() == Some(libc::EINVAL)) {
@@ -363,10 +421,66 @@ fn open_maybe_direct(path: &CString, flags: i32, mode: u32) -> io::Result<(File,
     Err(io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn open_private_file_in(dir: &Path) -> Result<(File, bool, bool)> {
+/// Opens what `path` names, checked as its kind requires: the file, whether
+/// it is open with O_DIRECT, and how the store lies on it.
+fn open_by_kind(path: &Path) -> Result<(File, bool, Layout)> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let (f, direct) = create_private_file(path)?;
+            return Ok((f, direct, Layout::Growing));
+        }
+        Err(e) => {
+            return Err(backing_err(
+                path,
+                "cannot inspect the backing path",
+                clone_err(&e),
+            ))
+        }
+    };
+    if meta.is_dir() {
+        let (f, direct) = open_private_file_in(path)?;
+        Ok((f, direct, Layout::Growing))
+    } else if meta.file_type().is_block_device() {
+        let (f, direct) = open_existing(path, true)?;
+        take_device(&f, path)?;
+        Ok((f, direct, Layout::Device))
+    } else if meta.is_file() {
+        let (f, direct) = open_existing(path, false)?;
+        let layout = check_named_file(&f, path)?;
+        Ok((f, direct, layout))
+    } else {
+        Err(backing_err(
+            path,
+            "not a directory, regular file or block device",
+            io::ErrorKind::InvalidInput.into(),
+        ))
+    }
+}
+
+/// Some filesystems accept O_DIRECT and quietly serve it from the page
+/// cache (ext4 mounted `data=journal`); statx says so with a direct I/O
+/// alignment of zero. Where statx has no answer, the open is trusted.
+fn direct_io_falls_back_to_cache(file: &File) -> bool {
+    // SAFETY: statx is plain data; all-zero is a valid value to overwrite.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx on our own descriptor (empty path) writes into `st`.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut st,
+        )
+    };
+    rc == 0 && st.stx_mask & libc::STATX_DIOALIGN != 0 && st.stx_dio_offset_align == 0
+}
+
+fn open_private_file_in(dir: &Path) -> Result<(File, bool)> {
     let c = cstring(dir)?;
     match open_maybe_direct(&c, libc::O_TMPFILE | libc::O_RDWR, 0o600) {
-        Ok((f, direct)) => Ok((f, direct, false)),
+        Ok(opened) => Ok(opened),
         Err(e)
             if matches!(
                 e.raw_os_error(),
@@ -389,16 +503,16 @@ fn open_private_file_in(dir: &Path) -> Result<(File, bool, bool)> {
 }
 
 /// Creates `path` 0600 and unlinks it at once, so only this process holds it.
-fn create_private_file(path: &Path) -> Result<(File, bool, bool)> {
+fn create_private_file(path: &Path) -> Result<(File, bool)> {
     let c = cstring(path)?;
     let (f, direct) = open_maybe_direct(&c, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600)
         .map_err(|e| backing_err(path, "cannot create the backing file", e))?;
     std::fs::remove_file(path)
         .map_err(|e| backing_err(path, "cannot unlink the new backing file", e))?;
-    Ok((f, direct, false))
+    Ok((f, direct))
 }
 
-fn open_existing(path: &Path, block_device: bool) -> Result<(File, bool, bool)> {
+fn open_existing(path: &Path, block_device: bool) -> Result<(File, bool)> {
     let c = cstring(path)?;
     // A regular file is opened without following a link swapped in after
     // the checks; device paths (/dev/disk/by-id/...) are links by design.
@@ -417,7 +531,7 @@ fn open_existing(path: &Path, block_device: bool) -> Result<(File, bool, bool)> 
         _ => backing_err(path, "cannot open for reading and writing", e),
     })?;
     claim_exclusively(&f, path)?;
-    Ok((f, direct, block_device))
+    Ok((f, direct))
 }
 
 /// A block device is taken only if it is blank or already tiermem's, as
@@ -446,23 +560,28 @@ fn take_device(f: &File, path: &Path) -> Result<()> {
     ))
 }
 
-/// `tiermem format-store`: writes tiermem's header on the block device at
-/// `path`, so that the store takes it. A device that is mounted or in use
-/// is refused; one with a filesystem or other data only with `force`.
-/// Returns what the device held before.
-pub fn format_device(path: &Path, force: bool) -> Result<Label> {
+/// `tiermem format-store`: writes tiermem's header at the start of the
+/// block device or regular file at `path`, so that the store takes it with
+/// a fixed size. One that is mounted or in use is refused, and so is a file
+/// that is not this user's own and private; one holding a filesystem or
+/// other data is overwritten only with `force`. Returns what it held before.
+pub fn format_store(path: &Path, force: bool) -> Result<Label> {
+    refuse_link_to_file(path)?;
     let meta =
         std::fs::metadata(path).map_err(|e| backing_err(path, "cannot inspect the path", e))?;
-    if !meta.file_type().is_block_device() {
+    let f = if meta.file_type().is_block_device() {
+        open_existing(path, true)?.0
+    } else if meta.is_file() {
+        open_file_to_format(path)?
+    } else {
         return Err(backing_err(
             path,
-            "is not a block device (a file or a directory needs no formatting)",
+            "is neither a block device nor a regular file (a directory needs no formatting)",
             io::Error::from_raw_os_error(libc::ENOTBLK),
         ));
-    }
-    let (f, _, _) = open_existing(path, true)?;
-    let label = device_label::inspect(&f)
-        .map_err(|e| backing_err(path, "cannot read the start of the device", e))?;
+    };
+    let label =
+        device_label::inspect(&f).map_err(|e| backing_err(path, "cannot read the start", e))?;
     let occupied = match &label {
         Label::Known(what) => Some(format!("carries {what}")),
         Label::Unknown => Some("holds data that tiermem did not write".to_string()),
@@ -478,6 +597,29 @@ pub fn format_device(path: &Path, force: bool) -> Result<Label> {
     device_label::write_header(&f)
         .map_err(|e| backing_err(path, "cannot write tiermem's header", e))?;
     Ok(label)
+}
+
+/// A regular file to format: this user's own, private, and large enough
+/// for the header and at least one page after it.
+fn open_file_to_format(path: &Path) -> Result<File> {
+    let (f, _) = open_existing(path, false)?;
+    let meta = f
+        .metadata()
+        .map_err(|e| backing_err(path, "cannot inspect the opened file", e))?;
+    refuse_if_shared(path, meta.mode())?;
+    refuse_if_not_owner(path, meta.uid())?;
+    let least = DATA_START + (64 << 10);
+    if meta.len() < least {
+        return Err(backing_err(
+            path,
+            &format!(
+                "holds {} bytes, and a formatted file needs at least {least} (1 MiB of header, then the pages); an empty file needs no formatting: tiermem grows it",
+                meta.len()
+            ),
+            io::Error::from_raw_os_error(libc::EINVAL),
+        ));
+    }
+    Ok(f)
 }
 
 /// A backing file or device holds one process's pages at fixed offsets: a
@@ -516,13 +658,20 @@ fn refuse_link_to_file(path: &Path) -> Result<()> {
 
 /// The checks on a regular file the user named, made on the file opened
 /// (not on the path, which could be replaced between a check and the open).
-fn check_named_file(f: &File, path: &Path) -> Result<()> {
+fn check_named_file(f: &File, path: &Path) -> Result<Layout> {
     let meta = f
         .metadata()
         .map_err(|e| backing_err(path, "cannot inspect the opened backing file", e))?;
     refuse_if_shared(path, meta.mode())?;
     refuse_if_not_owner(path, meta.uid())?;
-    take_if_empty_or_ours(f, path, meta.len())
+    if is_marked_ours(f) {
+        return Ok(Layout::Growing);
+    }
+    if meta.len() > DATA_START && device_label::inspect(f).is_ok_and(|l| l == Label::Ours) {
+        return Ok(Layout::FormattedFile);
+    }
+    take_if_empty(f, path, meta.len())?;
+    Ok(Layout::Growing)
 }
 
 /// Someone else's file is not ours to overwrite, even where we may write it.
@@ -539,27 +688,33 @@ fn refuse_if_not_owner(path: &Path, owner: u32) -> Result<()> {
     Ok(())
 }
 
-/// Takes an empty file (marking it ours for the next run) or one already
-/// marked ours; refuses a file holding anything else, which the store would
-/// overwrite.
-fn take_if_empty_or_ours(f: &File, path: &Path, len: u64) -> Result<()> {
+/// Whether a growing file carries the mark tiermem set when it first took it.
+fn is_marked_ours(f: &File) -> bool {
     let mut mark = [0u8; 1];
     // SAFETY: reads at most one byte of the attribute into `mark`.
-    let marked = unsafe {
+    let n = unsafe {
         libc::fgetxattr(
             f.as_raw_fd(),
             OURS_XATTR.as_ptr(),
             mark.as_mut_ptr().cast(),
             1,
         )
-    } == 1;
-    if marked {
-        return Ok(());
-    }
+    };
+    n == 1
+}
+
+/// Takes an empty file, marking it ours for the next run; refuses a file
+/// holding anything, which the store would overwrite.
+fn take_if_empty(f: &File, path: &Path, len: u64) -> Result<()> {
     if len > 0 {
         return Err(backing_err(
             path,
-            &format!("the file holds {len} bytes that tiermem did not write, and the store would overwrite them; give an empty file (truncate -s 0 FILE) or a directory"),
+            &format!(
+                "the file holds {len} bytes that tiermem did not write, and the store would \
+                 overwrite them; give an empty file (truncate -s 0 FILE) or a directory, or, \
+                 for a file that cannot be truncated, run `tiermem format-store {}` first",
+                path.display()
+            ),
             io::Error::from_raw_os_error(libc::EEXIST),
         ));
     }
@@ -590,8 +745,15 @@ fn refuse_if_shared(path: &Path, mode: u32) -> Result<()> {
     Ok(())
 }
 
-fn available_bytes(file: &File, block_device: bool, path: &Path) -> Result<u64> {
-    if block_device {
+/// The size of a device or formatted file: all of it is the store's.
+fn fixed_size(file: &File, path: &Path) -> Result<u64> {
+    let meta = file
+        .metadata()
+        .map_err(|e| backing_err(path, "cannot inspect the opened backing store", e))?;
+    if !meta.file_type().is_block_device() {
+        return Ok(meta.len());
+    }
+    {
         let mut size: u64 = 0;
         // BLKGETSIZE64 = _IOR(0x12, 114, size_t)
         const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
@@ -604,8 +766,12 @@ fn available_bytes(file: &File, block_device: bool, path: &Path) -> Result<u64> 
                 io::Error::last_os_error(),
             ));
         }
-        return Ok(size);
+        Ok(size)
     }
+}
+
+/// Free space on the filesystem of a growing file.
+fn available_bytes(file: &File, path: &Path) -> Result<u64> {
     // SAFETY: statvfs is plain data; all-zero is a valid value to overwrite.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatvfs writes into `st`, a valid statvfs.

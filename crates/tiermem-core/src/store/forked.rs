@@ -95,6 +95,9 @@ impl Store for ForkedStore {
             self.own.write_done(own, count);
         }
     }
+    fn writes_are_durable_on_completion(&self) -> bool {
+        self.own.writes_are_durable_on_completion()
+    }
     fn info(&self) -> StoreInfo {
         self.own.info()
     }

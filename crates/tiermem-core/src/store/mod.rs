@@ -16,7 +16,7 @@ use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 pub use device_label::Label;
-pub use file::{format_device, FileStore};
+pub use file::{format_store, FileStore};
 pub use forked::ForkedStore;
 pub use ring_writer::RingWriter;
 pub use slots::SlotAllocator;
@@ -78,5 +78,11 @@ pub trait Store: Send + Sync {
     /// After an asynchronous write of `count` slots from `first` completed
     /// (drops them from the page cache where the store cannot bypass it).
     fn write_done(&self, _first: u64, _count: usize) {}
+    /// Whether a completed write has reached the device (O_DIRECT). If not,
+    /// writes must go through [`Store::write_batch`], which syncs them;
+    /// a [`RingWriter`] must not be used.
+    fn writes_are_durable_on_completion(&self) -> bool {
+        true
+    }
     fn info(&self) -> StoreInfo;
 }

@@ -1,0 +1,109 @@
+//! A backing file the user names serves one process at a time. It follows
+//! the run's program across exec, as through a wrapper that execs the real
+//! program (`sh -c 'exec ...'`, a version manager's shim). A process
+//! started while another one of the run holds it pages to a private file
+//! in /var/tmp and says so at exit. Every run is under timeout(1) and
+//! checks every byte the program wrote.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+#[path = "../../../tests/support/pager.rs"]
+mod pager;
+use pager::PAGER;
+
+const TIERMEM: &str = env!("CARGO_BIN_EXE_tiermem");
+/// An empty private file in a fresh directory under /var/tmp.
+fn empty_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("tiermem-named-")
+        .tempdir_in("/var/tmp")
+        .expect("a scratch directory in /var/tmp");
+    let file = dir.path().join("store");
+    std::fs::write(&file, b"").expect("creating the backing file");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod 600");
+    (dir, file)
+}
+
+/// `tiermem run --stats --backing FILE -- sh -c SCRIPT`, with the pager
+/// in $PAGER.
+fn run_script(file: &Path, script: &str) -> Output {
+    Command::new("timeout")
+        .args([
+            "-k",
+            "10",
+            "300",
+            TIERMEM,
+            "run",
+            "--dram",
+            "16M",
+            "--stats",
+            "--backing",
+        ])
+        .arg(file)
+        .args(["--", "sh", "-c", script])
+        .env("PAGER_PROGRAM", PAGER)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running tiermem under timeout(1)")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The stats block of the process named `program`, from --stats output.
+fn stats_of<'a>(stderr: &'a str, program: &str) -> &'a str {
+    let head = format!("── tiermem: {program} (pid");
+    let start = stderr
+        .find(&head)
+        .unwrap_or_else(|| panic!("no stats for {program}:\n{stderr}"));
+    let block = &stderr[start..];
+    let end = block[head.len()..]
+        .find("── tiermem:")
+        .map_or(block.len(), |e| e + head.len());
+    &block[..end]
+}
+
+#[test]
+fn an_exec_keeps_the_named_backing_store() {
+    let (_dir, file) = empty_file();
+    let out = run_script(&file, "exec python3 -c \"$PAGER_PROGRAM\"");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("same"), "{stdout}\n{stderr}");
+    let python = stats_of(&stderr, "python3");
+    let backing = format!("backing         {}", file.display());
+    assert!(
+        python.contains(&backing),
+        "python3 paged elsewhere:\n{python}"
+    );
+    assert!(!stderr.contains("another process of this run"), "{stderr}");
+    let size = std::fs::metadata(&file).expect("the backing file").len();
+    assert!(size >= 48 << 20, "the backing file holds {size} bytes");
+}
+
+#[test]
+fn a_child_started_while_the_store_is_held_pages_elsewhere_and_says_so() {
+    let (_dir, file) = empty_file();
+    let out = run_script(&file, "python3 -c \"$PAGER_PROGRAM\"; echo after");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("same") && stdout.contains("after"),
+        "{stdout}\n{stderr}"
+    );
+    let python = stats_of(&stderr, "python3");
+    assert!(python.contains("backing         /var/tmp"), "{python}");
+    let note = format!(
+        "to a private file in /var/tmp, not to {}: another process of this run held that backing store when this one started",
+        file.display()
+    );
+    assert!(stderr.contains(&note), "{stderr}");
+    let said = stderr.matches("another process of this run").count();
+    assert_eq!(said, 1, "only the process that paged says so:\n{stderr}");
+}
