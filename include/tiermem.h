@@ -9,8 +9,8 @@
  * TIERMEM_POLICY, TIERMEM_HANDLER_THREADS, TIERMEM_BACKING_SIZE, and the
  * cache organization: TIERMEM_ASSOCIATIVITY, TIERMEM_PREFETCH,
  * TIERMEM_WRITE_POLICY, TIERMEM_INCLUSION, TIERMEM_PRESET, and
- * TIERMEM_FAULTS; the error policy: TIERMEM_CHECKSUMS, TIERMEM_IO_DEADLINE,
- * and TIERMEM_INJECT_FAULTS for tests; the README's Configuration table
+ * TIERMEM_FAULTS; the error policy: TIERMEM_CHECKSUMS, TIERMEM_ENCRYPT,
+ * TIERMEM_IO_DEADLINE, and TIERMEM_INJECT_FAULTS for tests; the README's Configuration table
  * lists them all), or explicitly with tm_init().
  *
  * A page tiermem cannot read back (an I/O error twice, or a checksum

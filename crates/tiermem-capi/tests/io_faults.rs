@@ -134,12 +134,14 @@ fn injected_io_errors_never_hand_back_wrong_data() {
     // The other two read paths: pread handlers, and faulting threads that
     // read for themselves (signal delivery).
     // And set-associative placement, where a miss writes its set's victim
-    // on the fault path.
-    let engines: [Env; 4] = [
+    // on the fault path; and encryption at rest, where a read is decrypted
+    // in place and cannot be checked twice.
+    let engines: [Env; 5] = [
         &[],
         &[("TIERMEM_IO_ENGINE", "psync")],
         &[("TIERMEM_FAULTS", "signal")],
         &[("TIERMEM_ASSOCIATIVITY", "4")],
+        &[("TIERMEM_ENCRYPT", "on")],
     ];
     let runs: Vec<(String, bool, Env)> = engines
         .iter()
@@ -228,7 +230,8 @@ fn writes_that_keep_failing_stop_the_program_at_the_deadline() {
 /// /proc/PID/fd, while the program sleeps: its next read of an evicted page
 /// reports a checksum mismatch and the access gets SIGBUS. With checksums
 /// off, the same damage reaches the program as different bytes, which shows
-/// what the checksums are for (and that this test can fail).
+/// what the checksums are for (and that this test can fail). Encrypted
+/// pages carry a tag that catches the same damage.
 #[test]
 fn a_damaged_backing_file_is_caught_by_the_checksums() {
     let client = Client::new("damage");
@@ -241,6 +244,16 @@ fn a_damaged_backing_file_is_caught_by_the_checksums() {
         "{text}"
     );
     assert!(text.contains("checksum mismatch"), "{text}");
+
+    let (outcome, text) = run_with_damage(&client, &[("TIERMEM_ENCRYPT", "on")]);
+    assert_eq!(
+        outcome,
+        Outcome::Stopped {
+            signal: libc::SIGBUS
+        },
+        "encrypted: {text}"
+    );
+    assert!(text.contains("checksum mismatch"), "encrypted: {text}");
 
     let (outcome, text) = run_with_damage(&client, &[("TIERMEM_CHECKSUMS", "off")]);
     assert_eq!(outcome, Outcome::WrongData, "{text}");

@@ -24,6 +24,7 @@ use tiermem_core::config::{
     MIN_BUDGET_PAGES, MIN_PAGE_SIZE,
 };
 use tiermem_core::cpus::{restrict_command, CpuChoice};
+use tiermem_core::error_policy::ENV_ENCRYPT;
 use tiermem_core::organization::OrganizationArgs;
 use tiermem_core::{parse_size, Config, Error as CoreError, Runtime};
 
@@ -133,6 +134,14 @@ pub struct RunArgs {
     #[arg(long)]
     no_inherit: bool,
 
+    /// Encrypt every page on its way to the backing store (AES-256-GCM,
+    /// with a random key per process, locked in DRAM and never written
+    /// anywhere), so the store never holds the program's memory in the
+    /// clear. The tag also authenticates each page, in place of the
+    /// checksum. Sets TIERMEM_ENCRYPT=on.
+    #[arg(long)]
+    encrypt: bool,
+
     /// Run CMD (and tiermem's threads) on these CPUs only, as `taskset`
     /// would: a CPU list (1, 0,2-3) or `irq`, the CPUs that take the
     /// interrupts of the backing store's device. A single-threaded program
@@ -172,6 +181,11 @@ Environment:
   TIERMEM_READAHEAD       on/off: the adaptive read-ahead (when no --prefetch).
   TIERMEM_PREDICT_WRITES  on/off: once most pages read in get written, read
                           faults install pages writable (default on).
+  TIERMEM_ENCRYPT         on/off: encryption at rest, as --encrypt (default off).
+  TIERMEM_CHECKSUMS       on/off: a crc32c of every page, checked when it is
+                          read back (default on; encryption replaces it).
+  TIERMEM_IO_DEADLINE     seconds writes to the store may keep failing before
+                          the program is stopped (default 60).
   TIERMEM_IO_ENGINE       io_uring (default) or psync.
   TIERMEM_IO_DEPTH        page reads in flight per handler thread (default 32).
   TIERMEM_IO_POLL         none (default), sqpoll, iopoll or hybrid (device polling
@@ -335,6 +349,7 @@ fn flag_for(args: &RunArgs, var: &str) -> Option<(&'static str, String)> {
         ENV_POLICY => ("--policy", &args.policy),
         ENV_HANDLER_THREADS => ("--handler-threads", &args.handler_threads),
         ENV_MMAP_THRESHOLD => ("--mmap-threshold", &args.mmap_threshold),
+        ENV_ENCRYPT if args.encrypt => return Some(("--encrypt", "on".to_string())),
         _ => return args.organization.flag_for(var),
     };
     value.clone().map(|v| (flag, v))
@@ -806,6 +821,7 @@ mod tests {
             mmap_threshold: get("mmap-threshold"),
             stats: false,
             no_inherit: false,
+            encrypt: false,
             cpus: None,
             organization: OrganizationArgs {
                 preset: get("preset"),

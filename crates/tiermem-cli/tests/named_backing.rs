@@ -107,3 +107,58 @@ fn a_child_started_while_the_store_is_held_pages_elsewhere_and_says_so() {
     let said = stderr.matches("another process of this run").count();
     assert_eq!(said, 1, "only the process that paged says so:\n{stderr}");
 }
+
+/// Fills 64 MiB with a recognisable text, pages it through the 16 MiB
+/// budget, and checks every byte.
+const MARKED_PAGER: &str = "import hashlib\n\
+chunk = b''.join(b'TIERMEM-SECRET-%09d|' % i for i in range(4096))\n\
+b = bytearray((chunk * ((64 << 20) // len(chunk) + 1))[:64 << 20])\n\
+want = hashlib.sha256(b).digest()\n\
+b[:] = b[::-1]\n\
+b[:] = b[::-1]\n\
+print('same' if hashlib.sha256(b).digest() == want else 'DIFFERENT', flush=True)";
+
+/// Runs the marked pager with `flags`; returns its output and how many
+/// times the marker is in the backing file afterwards.
+fn run_marked(flags: &[&str]) -> (Output, usize) {
+    let (_dir, file) = empty_file();
+    let out = Command::new("timeout")
+        .args([
+            "-k", "10", "300", TIERMEM, "run", "--dram", "16M", "--stats",
+        ])
+        .args(flags)
+        .arg("--backing")
+        .arg(&file)
+        .args(["--", "sh", "-c", "exec python3 -c \"$PAGER_PROGRAM\""])
+        .env("PAGER_PROGRAM", MARKED_PAGER)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running tiermem under timeout(1)");
+    let stored = std::fs::read(&file).expect("reading the backing file");
+    let marker = b"TIERMEM-SECRET-";
+    let found = stored.windows(marker.len()).filter(|w| w == marker).count();
+    (out, found)
+}
+
+/// With `--encrypt`, not one copy of the program's text reaches the store,
+/// and every byte comes back. Without it the same run leaves the text in
+/// the file: the check can fail.
+#[test]
+fn with_encrypt_the_store_never_holds_the_programs_bytes() {
+    let (out, found) = run_marked(&["--encrypt"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("same"), "{stdout}\n{stderr}");
+    assert!(
+        stats_of(&stderr, "python3").contains("encrypted"),
+        "{stderr}"
+    );
+    assert_eq!(found, 0, "the program's text is in the store");
+
+    let (out, found) = run_marked(&[]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        found > 1000,
+        "in the clear, the text should be stored: found {found}"
+    );
+}

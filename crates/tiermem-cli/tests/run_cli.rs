@@ -14,8 +14,9 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Settings that could leak in from the environment of `cargo test`.
-const SCRUBBED: [&str; 25] = [
+const SCRUBBED: [&str; 26] = [
     "TIERMEM_CHECKSUMS",
+    "TIERMEM_ENCRYPT",
     "TIERMEM_IO_DEADLINE",
     "TIERMEM_INJECT_FAULTS",
     "TIERMEM_PRESET",
@@ -796,6 +797,11 @@ fn help_documents_the_contract() {
         "--mmap-threshold",
         "--stats",
         "--no-inherit",
+        "--encrypt",
+        "TIERMEM_ENCRYPT",
+        "TIERMEM_CHECKSUMS",
+        "TIERMEM_IO_DEADLINE",
+        "format-store",
         "TIERMEM_DRAM",
         "TIERMEM_BACKING",
         "TIERMEM_PAGE_SIZE",

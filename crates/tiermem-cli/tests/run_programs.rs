@@ -403,6 +403,16 @@ fn c_fork_children_see_evicted_pages() {
     c_program("preload_fork", "8M", &|_| vec!["48".into(), "16".into()]);
 }
 
+/// The same with encryption at rest: children read their parent's slots
+/// with the parent's key and write their own with a key of their own.
+#[test]
+fn c_fork_children_see_evicted_pages_encrypted() {
+    let stats = c_program_with("preload_fork", "8M", &["--encrypt"], &|_| {
+        vec!["24".into(), "8".into()]
+    });
+    assert!(stats.is_empty() || stats.contains("encrypted"), "{stats}");
+}
+
 /// mremap (grow, shrink, regrow, move), MADV_DONTNEED, MADV_FREE, munmap of
 /// a middle part and mprotect on a tiered mapping.
 #[test]

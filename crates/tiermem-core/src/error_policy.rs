@@ -1,6 +1,6 @@
-//! What the runtime does when the backing store misbehaves: checksums on
-//! every slot, how long a failing write may keep failing, and the faults a
-//! test injects. Part of [`crate::Config`]; each setting has a `TIERMEM_*`
+//! What the runtime does to protect what it stores and when the backing
+//! store misbehaves: checksums on every slot, encryption at rest, how long
+//! a failing write may keep failing, and the faults a test injects. Part of [`crate::Config`]; each setting has a `TIERMEM_*`
 //! variable and goes through the same error reporting.
 //!
 //! Injected faults follow SQLite's I/O-error tests: the store is real, and
@@ -14,6 +14,7 @@ use crate::config::invalid;
 use crate::error::{Error, Result};
 
 pub const ENV_CHECKSUMS: &str = "TIERMEM_CHECKSUMS";
+pub const ENV_ENCRYPT: &str = "TIERMEM_ENCRYPT";
 pub const ENV_IO_DEADLINE: &str = "TIERMEM_IO_DEADLINE";
 pub const ENV_INJECT_FAULTS: &str = "TIERMEM_INJECT_FAULTS";
 
@@ -29,6 +30,9 @@ const INJECT_FORM: &str = "expected a comma-separated list of read:N, write:N, r
 pub struct ErrorPolicy {
     /// crc32c and identity check of every page read back.
     pub checksums: bool,
+    /// AES-256-GCM of every page written, with a random key per process
+    /// (authenticates too, so it takes the checksum's place).
+    pub encrypt: bool,
     /// How long writes may keep failing before the program is stopped.
     pub io_deadline: Duration,
     /// Faults to inject (tests and the fault-injection sweep only).
@@ -39,6 +43,7 @@ impl Default for ErrorPolicy {
     fn default() -> Self {
         ErrorPolicy {
             checksums: true,
+            encrypt: false,
             io_deadline: DEFAULT_IO_DEADLINE,
             inject: Injection::default(),
         }
@@ -49,11 +54,10 @@ impl ErrorPolicy {
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<ErrorPolicy> {
         let mut p = ErrorPolicy::default();
         if let Some(v) = lookup(ENV_CHECKSUMS) {
-            p.checksums = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "on" | "yes" | "crc32c" => true,
-                "0" | "off" | "no" => false,
-                _ => return Err(invalid(ENV_CHECKSUMS, &v, "expected on or off")),
-            };
+            p.checksums = parse_switch(ENV_CHECKSUMS, &v, "crc32c")?;
+        }
+        if let Some(v) = lookup(ENV_ENCRYPT) {
+            p.encrypt = parse_switch(ENV_ENCRYPT, &v, "aes-256-gcm")?;
         }
         if let Some(v) = lookup(ENV_IO_DEADLINE) {
             p.io_deadline = parse_deadline(&v)?;
@@ -68,12 +72,25 @@ impl ErrorPolicy {
         if !self.checksums {
             env.push((ENV_CHECKSUMS, "off".into()));
         }
+        if self.encrypt {
+            env.push((ENV_ENCRYPT, "on".into()));
+        }
         if self.io_deadline != DEFAULT_IO_DEADLINE {
             env.push((ENV_IO_DEADLINE, self.io_deadline.as_secs().to_string()));
         }
         if self.inject != Injection::default() {
             env.push((ENV_INJECT_FAULTS, self.inject.to_string()));
         }
+    }
+}
+
+/// on/off (1/0, yes/no, or the name of what is switched on).
+fn parse_switch(var: &'static str, value: &str, name: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" => Ok(true),
+        "0" | "off" | "no" => Ok(false),
+        v if v == name => Ok(true),
+        _ => Err(invalid(var, value, "expected on or off")),
     }
 }
 
@@ -231,11 +248,13 @@ mod tests {
     fn settings_round_trip_through_the_environment() {
         let p = policy(&[
             (ENV_CHECKSUMS, "off"),
+            (ENV_ENCRYPT, "1"),
             (ENV_IO_DEADLINE, "5s"),
             (ENV_INJECT_FAULTS, "write:4-"),
         ])
         .unwrap();
         assert!(!p.checksums);
+        assert!(p.encrypt);
         assert_eq!(p.io_deadline, Duration::from_secs(5));
         let mut env = Vec::new();
         p.to_env(&mut env);
@@ -254,6 +273,7 @@ mod tests {
             (ENV_IO_DEADLINE, "0"),
             (ENV_IO_DEADLINE, "1m"),
             (ENV_CHECKSUMS, "maybe"),
+            (ENV_ENCRYPT, "aes"),
         ] {
             let err = policy(&[(k, v)]).unwrap_err().to_string();
             assert!(err.contains(k), "{err}");

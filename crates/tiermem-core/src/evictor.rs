@@ -23,7 +23,7 @@ use crate::page_table::{Kind, PageNo, PageState};
 use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::store::{RingWriter, SlotWrite};
-use crate::sys::mem::Zapper;
+use crate::sys::mem::{Mapping, Zapper};
 
 /// Pages per demotion or write batch.
 pub const BATCH: usize = 64;
@@ -85,6 +85,8 @@ struct Evictor<'a> {
     written: Vec<(PageNo, PageState)>,
     /// Writes through io_uring; `None`: the store's synchronous writes.
     ring: Option<RingWriter>,
+    /// A batch of ciphertext, with encryption at rest.
+    sealed: Option<Mapping>,
 }
 
 impl<'a> Evictor<'a> {
@@ -102,7 +104,16 @@ impl<'a> Evictor<'a> {
             to_write: Vec::with_capacity(BATCH),
             written: Vec::with_capacity(BATCH),
             ring: write_ring(rt),
+            sealed: rt.seal_scratch(BATCH),
         }
+    }
+
+    /// Ciphertext buffer `i` of the batch (null without encryption, where
+    /// [`Shared::seal`] does not use it).
+    fn scratch(&self, i: usize) -> *mut u8 {
+        self.sealed.as_ref().map_or(std::ptr::null_mut(), |m| {
+            m.as_ptr().wrapping_add(i * self.rt.page_size)
+        })
     }
 
     /// Writes `self.writes` to the store.
@@ -387,7 +398,7 @@ impl<'a> Evictor<'a> {
             });
         }
         for (i, &(page, _, _)) in self.to_write.iter().enumerate() {
-            rt.seal(page, self.slots[i], self.writes[i].src);
+            self.writes[i].src = rt.seal(page, self.slots[i], self.writes[i].src, self.scratch(i));
         }
         if let Err(e) = self.write_pages() {
             // Nothing is lost: the pages stay in their frames. Put them back
@@ -486,7 +497,7 @@ impl Evictor<'_> {
             });
         }
         for (i, &(page, _)) in self.written.iter().enumerate() {
-            rt.seal(page, self.slots[i], self.writes[i].src);
+            self.writes[i].src = rt.seal(page, self.slots[i], self.writes[i].src, self.scratch(i));
         }
         if let Err(e) = self.write_pages() {
             rt.write_failed(&e, &self.slots);

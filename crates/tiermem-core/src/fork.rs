@@ -115,6 +115,9 @@ impl Runtime {
         rt.pause.reset_in_child()?;
         self.take_over_arena()?;
         self.switch_to_own_store()?;
+        if let Some(cipher) = &rt.cipher {
+            cipher.rekey_in_child()?;
+        }
         // The threads run until the process exits or execs.
         std::mem::forget(start_threads(self.shared_ref())?);
         Ok(())

@@ -18,6 +18,7 @@ mod buffer;
 pub mod config;
 pub mod cpuidle;
 pub mod cpus;
+mod encryption;
 mod error;
 pub mod error_policy;
 mod evictor;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::budget::Budget;
 use crate::config::{Config, FaultDelivery, MIN_BUDGET_PAGES};
+use crate::encryption::PageCipher;
 use crate::error::{Error, Result};
 use crate::error_policy::Injector;
 use crate::evictor::{evictor_loop, BATCH};
@@ -103,6 +104,8 @@ pub(crate) struct Shared {
     bad_access_reported: AtomicBool,
     /// The sum of every page in the store, checked when it is read back.
     pub checksums: Checksums,
+    /// Encryption at rest, when on (it authenticates, so checksums are off).
+    pub(crate) cipher: Option<PageCipher>,
     /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
     pub(crate) injector: Injector,
     pub(crate) store_errors: StoreErrors,
@@ -397,7 +400,11 @@ impl Runtime {
             io_fallback_reported: AtomicBool::new(false),
             evictor_wake: (Mutex::new(false), Condvar::new()),
             bad_access_reported: AtomicBool::new(false),
-            checksums: Checksums::new(arena_pages, errors.checksums)?,
+            checksums: Checksums::new(arena_pages, errors.checksums && !errors.encrypt)?,
+            cipher: match errors.encrypt {
+                true => Some(PageCipher::new(arena_pages)?),
+                false => None,
+            },
             injector: Injector::new(errors.inject),
             store_errors: StoreErrors::default(),
             store: Replaceable::new(Box::new(store)),
@@ -667,6 +674,9 @@ impl Runtime {
         s.backing_capacity_bytes = rt.slots().capacity() * page;
         s.metadata_bytes = rt.table.committed_bytes(allocated_pages)
             + rt.checksums.committed_bytes(allocated_pages)
+            + rt.cipher
+                .as_ref()
+                .map_or(0, |c| c.committed_bytes(allocated_pages))
             + rt.slots().metadata_bytes()
             + rt.frames.touched_bytes().saturating_sub(s.resident_bytes)
             + io_buffer_bytes(rt);
@@ -682,6 +692,7 @@ impl Runtime {
         s.backing_path = info.path.display().to_string();
         s.backing_is_block_device = info.block_device;
         s.direct_io = info.direct_io;
+        s.encrypted = rt.cipher.is_some();
         s
     }
 }

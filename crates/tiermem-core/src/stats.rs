@@ -233,6 +233,8 @@ pub struct Stats {
     /// How the evictor writes pages.
     pub write_engine: &'static str,
     pub direct_io: bool,
+    /// Pages go to the store encrypted (AES-256-GCM, `TIERMEM_ENCRYPT`).
+    pub encrypted: bool,
 }
 
 impl Counters {

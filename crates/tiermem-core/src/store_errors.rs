@@ -21,6 +21,7 @@ use crate::error_policy::Injector;
 use crate::page_table::PageNo;
 use crate::runtime::Shared;
 use crate::stats::Counters;
+use crate::sys::mem::Mapping;
 use crate::sys::now_ns;
 
 /// Why a page read cannot be installed.
@@ -97,27 +98,51 @@ impl Shared {
         self.check_read(page, slot, buf)
     }
 
-    /// Checks bytes read from `slot` against `page`'s checksum.
+    /// Checks bytes read from `slot` against `page`'s checksum, or
+    /// decrypts them in place and checks their tag.
     #[inline]
-    pub fn check_read(&self, page: PageNo, slot: u64, buf: &[u8]) -> Result<(), ReadFailure> {
-        if self.checksums.verify(page, slot, buf) {
+    pub fn check_read(&self, page: PageNo, slot: u64, buf: &mut [u8]) -> Result<(), ReadFailure> {
+        let good = match &self.cipher {
+            Some(cipher) => cipher.decrypt(page, slot, buf),
+            None => self.checksums.verify(page, slot, buf),
+        };
+        if good {
             return Ok(());
         }
         Counters::add(&self.counters.checksum_errors, 1);
         Err(ReadFailure::Checksum)
     }
 
-    /// Records the checksum of `data`, about to be written to `slot`.
+    /// Prepares `data`, about to be written to `slot` for `page`: records
+    /// its checksum, or encrypts it into `scratch` (a page-sized buffer the
+    /// caller owns). Returns what to write.
     #[inline]
-    pub fn seal(&self, page: PageNo, slot: u64, data: *const u8) {
-        if !self.checksums.enabled() {
-            return;
+    pub fn seal(&self, page: PageNo, slot: u64, data: *const u8, scratch: *mut u8) -> *const u8 {
+        if let Some(cipher) = &self.cipher {
+            // SAFETY: `scratch` is a page-sized buffer the caller owns and
+            // does not use otherwise until the write is done.
+            let dst = unsafe { std::slice::from_raw_parts_mut(scratch, self.page_size) };
+            cipher.encrypt(page, slot, data, dst);
+            return scratch;
         }
-        // SAFETY: `data` is a page the caller owns (a runtime frame, or a
-        // resident tiered page it holds `Evicting`), readable for
-        // `page_size` bytes and not written while the caller owns it.
-        let bytes = unsafe { std::slice::from_raw_parts(data, self.page_size) };
-        self.checksums.seal(page, slot, bytes);
+        if self.checksums.enabled() {
+            // SAFETY: `data` is a page the caller owns (a runtime frame, or a
+            // resident tiered page it holds `Evicting`), readable for
+            // `page_size` bytes and not written while the caller owns it.
+            let bytes = unsafe { std::slice::from_raw_parts(data, self.page_size) };
+            self.checksums.seal(page, slot, bytes);
+        }
+        data
+    }
+
+    /// Scratch for [`Shared::seal`]: `pages` page-sized buffers where
+    /// encryption needs them, none otherwise.
+    pub fn seal_scratch(&self, pages: usize) -> Option<Mapping> {
+        self.cipher.as_ref()?;
+        match Mapping::reserve(pages * self.page_size, "reserving encryption buffers") {
+            Ok(m) => Some(m),
+            Err(e) => self.fatal(&format!("{e}")),
+        }
     }
 
     /// The sentence an operator needs about a failed read of `page`.

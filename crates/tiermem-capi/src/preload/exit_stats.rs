@@ -159,7 +159,12 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         path = s.backing_path,
         engine = s.io_engine,
         wengine = s.write_engine,
-        direct = if s.direct_io { ", O_DIRECT" } else { "" },
+        direct = match (s.direct_io, s.encrypted) {
+            (true, true) => ", O_DIRECT, encrypted",
+            (true, false) => ", O_DIRECT",
+            (false, true) => ", encrypted",
+            (false, false) => "",
+        },
         prefetch = s.prefetch_issued,
         phits = s.prefetch_hits,
         pwaste = s.prefetch_wasted,

@@ -87,7 +87,11 @@ fn write_out(rt: &Shared, victim: PageNo, src: *const u8, state: PageState) -> O
         return None;
     }
     let slot = slots[0];
-    rt.seal(victim, slot, src);
+    let scratch = rt.seal_scratch(1);
+    let scratch_ptr = scratch
+        .as_ref()
+        .map_or(std::ptr::null_mut(), |m| m.as_ptr());
+    let src = rt.seal(victim, slot, src, scratch_ptr);
     let written = match rt.injector().write() {
         Some(e) => Err(e),
         None => rt.store().write_batch(&[SlotWrite { slot, src }]),

@@ -45,7 +45,7 @@ mod write_prediction;
 mod zero_ahead;
 
 pub(crate) use fork_window::park_serving;
-pub(crate) use read_error::{read_and_check, recover};
+pub(crate) use read_error::{first_bad_page, read_and_check, settle, BadRead};
 pub(crate) use signal::SignalSlots;
 pub(crate) use write_prediction::WritePrediction;
 pub(crate) use zero_ahead::{ZeroStream, MAX_WINDOW as ZERO_AHEAD_MAX};

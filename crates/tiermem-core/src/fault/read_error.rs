@@ -18,6 +18,55 @@ use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::store_errors::ReadFailure;
 
+/// How a multi-page read went wrong.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum BadRead {
+    /// The request failed: for page `at` (`None`: for all of them), with
+    /// `failure`; the other pages' buffers are not to be trusted.
+    Request {
+        at: Option<usize>,
+        failure: ReadFailure,
+    },
+    /// Every byte arrived. The pages before `at` passed their check (and
+    /// are decrypted, with encryption: checking is not repeatable); page
+    /// `at` failed it; the pages after are unchecked.
+    Page { at: usize, failure: ReadFailure },
+}
+
+/// Checks (or decrypts) the pages of a completed read in order; stops at
+/// the first that fails. `buffer(i)` is page `i`'s buffer.
+pub(crate) fn first_bad_page(
+    rt: &Shared,
+    reads: &[PageRead],
+    buffer: impl Fn(usize) -> *mut u8,
+) -> Option<BadRead> {
+    reads.iter().enumerate().find_map(|(i, r)| {
+        let failure = rt
+            .check_read(r.page, r.slot, page_bytes(rt, buffer(i)))
+            .err()?;
+        Some(BadRead::Page { at: i, failure })
+    })
+}
+
+/// Settles page `i` (`read`, its bytes in `buf`) of a read that went wrong
+/// as `bad` says. True if `buf` holds the page's verified bytes, to install.
+pub(crate) fn settle(rt: &Shared, i: usize, read: &PageRead, buf: *mut u8, bad: BadRead) -> bool {
+    match bad {
+        BadRead::Request {
+            at: Some(at),
+            failure,
+        } if at == i => recover(rt, read, buf, failure),
+        BadRead::Request { at: Some(_), .. } => read_and_check(rt, read, buf),
+        BadRead::Request { at: None, failure } => recover(rt, read, buf, failure),
+        BadRead::Page { at, .. } if i < at => true,
+        BadRead::Page { at, failure } if i == at => recover(rt, read, buf, failure),
+        BadRead::Page { .. } => match rt.check_read(read.page, read.slot, page_bytes(rt, buf)) {
+            Ok(()) => true,
+            Err(failure) => recover(rt, read, buf, failure),
+        },
+    }
+}
+
 /// Reads `read`'s slot into `buf` (a runtime-owned page buffer) and checks
 /// it; on failure, [`recover`]s. True if `buf` holds the page, to install.
 pub(crate) fn read_and_check(rt: &Shared, read: &PageRead, buf: *mut u8) -> bool {

@@ -23,9 +23,9 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use super::readahead::{max_window_pages, Readahead, Window};
 use super::signal::{ReadAheadRequests, Request};
 use super::{
-    begin_fault, claim_for_prefetch, finish_read, finish_read_ahead_run, is_parked_read_ahead,
-    park_marker, park_state, prefetch_used, recover, resolve_fault, unpark_marker, Missing,
-    PageRead, Parked, FAULT_BATCH,
+    begin_fault, claim_for_prefetch, finish_read, finish_read_ahead_run, first_bad_page,
+    is_parked_read_ahead, park_marker, park_state, prefetch_used, resolve_fault, settle,
+    unpark_marker, BadRead, Missing, PageRead, Parked, FAULT_BATCH,
 };
 use crate::io_config::PollMode;
 use crate::page_table::PageNo;
@@ -328,42 +328,26 @@ impl<'a> RingHandler<'a> {
         for used in &mut self.buffer_used[first..first + io.reads.len()] {
             *used = false;
         }
-        match failure.is_none() && self.all_verified(first, &io.reads) {
-            true => self.install_completed(first, &io.reads),
-            false => self.install_recovered(first, &io.reads, failure),
+        let bad = match failure {
+            Some(failure) => Some(BadRead::Request { at: None, failure }),
+            None => first_bad_page(self.rt, &io.reads, |i| self.buffer(first + i)),
+        };
+        match bad {
+            None => self.install_completed(first, &io.reads),
+            Some(bad) => self.install_recovered(first, &io.reads, bad),
         }
         if let Some(group) = io.reads[0].group {
             self.group_request_done(group);
         }
     }
 
-    /// Whether every page of a request that read all its bytes matches its
-    /// checksum.
-    fn all_verified(&self, first: usize, reads: &[PageRead]) -> bool {
-        reads.iter().enumerate().all(|(i, r)| {
-            self.rt
-                .checksums
-                .verify(r.page, r.slot, self.page_bytes(first + i))
-        })
-    }
-
-    /// A request failed, or one of its pages failed its checksum: page by
+    /// A request failed, or one of its pages failed its check: page by
     /// page, each good page is installed and each bad one retried or given
-    /// up ([`recover`]).
-    fn install_recovered(&self, first: usize, reads: &[PageRead], failure: Option<ReadFailure>) {
+    /// up (see [`settle`]).
+    fn install_recovered(&self, first: usize, reads: &[PageRead], bad: BadRead) {
         for (i, read) in reads.iter().enumerate() {
             let buf = self.buffer(first + i);
-            let checked = match failure {
-                Some(f) => Err(f),
-                None => self
-                    .rt
-                    .check_read(read.page, read.slot, self.page_bytes(first + i)),
-            };
-            let good = match checked {
-                Ok(()) => true,
-                Err(f) => recover(self.rt, read, buf, f),
-            };
-            if good {
+            if settle(self.rt, i, read, buf, bad) {
                 finish_read(self.rt, read, buf);
             }
         }
@@ -719,11 +703,6 @@ impl<'a> RingHandler<'a> {
         for marker in std::mem::take(&mut self.markers) {
             unpark_marker(self.rt, marker.page, true);
         }
-    }
-
-    fn page_bytes(&self, i: usize) -> &[u8] {
-        // SAFETY: buffer `i` holds one page, which only this handler uses.
-        unsafe { std::slice::from_raw_parts(self.buffer(i), self.rt.page_size) }
     }
 
     fn buffer(&self, i: usize) -> *mut u8 {

@@ -45,7 +45,8 @@ use super::readahead::Window;
 use super::ring::{must_enter, PollClock};
 use super::{
     backoff, begin_fault, claim_for_prefetch_if_free, finish_read, finish_read_ahead_run,
-    is_parked_read_ahead, prefetch_used, read_and_check, recover, resolve_fault, Missing, PageRead,
+    first_bad_page, is_parked_read_ahead, prefetch_used, resolve_fault, settle, BadRead, Missing,
+    PageRead,
 };
 use crate::error::{Error, Result};
 use crate::page_table::PageNo;
@@ -264,28 +265,24 @@ fn read_and_install(rt: &Shared, slot: &mut Claimed<'_>) {
     let reads = &mut *slot.reads;
     rt.read_latency.record(now_ns().saturating_sub(started));
     match result {
-        Ok(()) if all_verified(rt, reads, slot.buffer) => install_all(rt, reads, slot.buffer),
-        Ok(()) => install_recovered(rt, reads, slot.buffer, None),
+        Ok(()) => match first_bad_page(rt, reads, |i| slot.buffer.wrapping_add(i * rt.page_size)) {
+            None => install_all(rt, reads, slot.buffer),
+            Some(bad) => install_recovered(rt, reads, slot.buffer, bad),
+        },
         Err(ReadError::InFlight(e)) => {
             // Reads may still be in flight into the buffers: the slot
             // cannot be reused, and the page cannot be served.
             rt.fatal(&format!("submitting page reads failed: {e}"))
         }
         Err(ReadError::Failed(i, failure)) => {
-            install_recovered(rt, reads, slot.buffer, Some((i, failure)))
+            let bad = BadRead::Request {
+                at: Some(i),
+                failure,
+            };
+            install_recovered(rt, reads, slot.buffer, bad)
         }
     }
     reads.clear();
-}
-
-/// Whether every page read into `buffer` matches its checksum.
-fn all_verified(rt: &Shared, reads: &[PageRead], buffer: *mut u8) -> bool {
-    reads.iter().enumerate().all(|(i, r)| {
-        // SAFETY: the slot holds a page-sized buffer per read, ours alone.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(buffer.add(i * rt.page_size), rt.page_size) };
-        rt.checksums.verify(r.page, r.slot, bytes)
-    })
 }
 
 /// Installs the demand page, then the read-ahead pages in runs of one call.
@@ -306,27 +303,10 @@ fn install_all(rt: &Shared, reads: &[PageRead], buffer: *mut u8) {
 /// A read failed (`failed`: which one and why; the others may have failed
 /// unseen), or a page failed its checksum: page by page, each good page is
 /// installed and each bad one retried or given up ([`recover`]).
-fn install_recovered(
-    rt: &Shared,
-    reads: &[PageRead],
-    buffer: *mut u8,
-    failed: Option<(usize, ReadFailure)>,
-) {
+fn install_recovered(rt: &Shared, reads: &[PageRead], buffer: *mut u8, bad: BadRead) {
     for (i, read) in reads.iter().enumerate() {
         let buf = buffer.wrapping_add(i * rt.page_size);
-        let good = match failed {
-            Some((at, failure)) if at == i => recover(rt, read, buf, failure),
-            Some(_) => read_and_check(rt, read, buf),
-            None => {
-                // SAFETY: the slot holds a page-sized buffer per read, ours alone.
-                let bytes = unsafe { std::slice::from_raw_parts(buf, rt.page_size) };
-                match rt.check_read(read.page, read.slot, bytes) {
-                    Ok(()) => true,
-                    Err(f) => recover(rt, read, buf, f),
-                }
-            }
-        };
-        if good {
+        if settle(rt, i, read, buf, bad) {
             finish_read(rt, read, buf);
         }
     }
