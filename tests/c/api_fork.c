@@ -3,6 +3,9 @@
  * thread keeps faulting pages in; the child checks every byte of every
  * page, writes its own, forks a grandchild that checks the child's bytes,
  * and the parent checks that nothing of the child leaked into its memory.
+ * HOW (the second argument) is "fork" (glibc's fork()), "_Fork" or
+ * "sys_fork" (syscall(SYS_fork)): the last two run no atfork handlers, and
+ * libtiermem.so wraps them.
  * Prints "api_fork: ok" and exits 0 on success. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -11,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +24,16 @@
 #define PAGE 4096UL
 #define REGION (64 * MIB)
 #define FAIL(...) do { fprintf(stderr, "api_fork: FAIL: " __VA_ARGS__); fprintf(stderr, " (last error: %s)\n", tm_last_error()); _exit(1); } while (0)
+
+static const char *how = "fork";
+
+pid_t _Fork(void);
+
+static pid_t fork_as_asked(void) {
+    if (strcmp(how, "_Fork") == 0) return _Fork();
+    if (strcmp(how, "sys_fork") == 0) return (pid_t)syscall(SYS_fork);
+    return fork();
+}
 
 static uint8_t byte_at(size_t offset, unsigned generation) {
     size_t page = offset / PAGE;
@@ -65,7 +79,7 @@ static void child(uint8_t *p) {
     size_t bad = differing(p, 1);
     if (bad) FAIL("child: %zu bytes differ from the parent's at fork", bad);
     fill(p, 2);
-    pid_t grandchild = fork();
+    pid_t grandchild = fork_as_asked();
     if (grandchild < 0) FAIL("fork in the child");
     if (grandchild == 0) {
         bad = differing(p, 2);
@@ -83,6 +97,7 @@ int main(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     cfg.dram_budget = 16 * MIB;
     cfg.backing_path = argc > 1 ? argv[1] : "/var/tmp";
+    if (argc > 2) how = argv[2];
     if (tm_init(&cfg) != 0) FAIL("tm_init");
     uint8_t *p = tm_alloc(REGION);
     if (!p) FAIL("tm_alloc");
@@ -90,7 +105,7 @@ int main(int argc, char **argv) {
     pthread_t thread;
     if (pthread_create(&thread, NULL, toucher, p) != 0) FAIL("pthread_create");
     usleep(20000);
-    pid_t pid = fork();
+    pid_t pid = fork_as_asked();
     if (pid < 0) FAIL("fork");
     if (pid == 0) child(p);
     atomic_store(&stop_toucher, 1);

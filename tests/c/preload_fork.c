@@ -17,7 +17,12 @@
  *   checks 23. Child B writes and checks 24. The grandchild and child B also
  *   use new memory of their own. The parent checks 3 at the end.
  *
- * Usage: preload_fork [MALLOC_MIB [MMAP_MIB]]   (defaults 64 32)
+ * HOW says how every fork is made: "fork" (glibc's fork(), which runs the
+ * pthread_atfork handlers), or the ways that run none: "_Fork" (glibc
+ * 2.34+), "sys_fork" (syscall(SYS_fork)), "sys_clone" (syscall(SYS_clone,
+ * SIGCHLD, 0, ...)) and "sys_clone3" (syscall(SYS_clone3) without a stack).
+ *
+ * Usage: preload_fork [MALLOC_MIB [MMAP_MIB [HOW]]]   (defaults 64 32 fork)
  * Prints "OK ..." as its last line and exits 0, or "FAIL ..." and exits 1. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,6 +34,9 @@
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define UNIT 4096
@@ -165,11 +173,30 @@ static void fresh_memory(unsigned gen, size_t mib, const char *when) {
     free(small);
 }
 
+static const char *how = "fork";
+
+pid_t _Fork(void);
+
+static pid_t fork_as_asked(void) {
+    if (strcmp(how, "fork") == 0) return fork();
+    if (strcmp(how, "_Fork") == 0) return _Fork();
+    if (strcmp(how, "sys_fork") == 0) return (pid_t)syscall(SYS_fork);
+    if (strcmp(how, "sys_clone") == 0) return (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+    if (strcmp(how, "sys_clone3") == 0) {
+        struct clone_args args;
+        memset(&args, 0, sizeof args);
+        args.exit_signal = SIGCHLD;
+        return (pid_t)syscall(SYS_clone3, &args, sizeof args);
+    }
+    fail("unknown HOW '%s'", how);
+    return -1;
+}
+
 static pid_t xfork(void) {
     fflush(stdout);
     fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) fail("fork: %s", strerror(errno));
+    pid_t pid = fork_as_asked();
+    if (pid < 0) fail("%s: %s", how, strerror(errno));
     return pid;
 }
 
@@ -189,8 +216,9 @@ static void child_done(void) {
 int main(int argc, char **argv) {
     size_t malloc_mib = argc > 1 ? (size_t)atol(argv[1]) : 64;
     size_t mmap_mib = argc > 2 ? (size_t)atol(argv[2]) : 32;
+    if (argc > 3) how = argv[3];
     if (malloc_mib < 8 || malloc_mib > MAX_CHUNKS || mmap_mib < 1)
-        fail("usage: preload_fork [MALLOC_MIB (8..%d) [MMAP_MIB (>= 1)]]", MAX_CHUNKS);
+        fail("usage: preload_fork [MALLOC_MIB (8..%d) [MMAP_MIB (>= 1) [HOW]]]", MAX_CHUNKS);
 
     for (size_t c = 0; c < malloc_mib; c++) {
         chunks[c].p = malloc(CHUNK);
@@ -272,6 +300,6 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c + 1 < nchunks; c++) free(chunks[c].p);
     munmap(m, mlen);
     munmap(shared, SHARED_LEN);
-    printf("OK fork malloc_mib=%zu mmap_mib=%zu bytes=%zu forks=4\n", malloc_mib, mmap_mib, total);
+    printf("OK %s malloc_mib=%zu mmap_mib=%zu bytes=%zu forks=4\n", how, malloc_mib, mmap_mib, total);
     return 0;
 }

@@ -403,6 +403,19 @@ fn c_fork_children_see_evicted_pages() {
     c_program("preload_fork", "8M", &|_| vec!["48".into(), "16".into()]);
 }
 
+/// Forks that run no pthread_atfork handlers: glibc's `_Fork()`, and the
+/// `syscall()` wrapper asked for `SYS_fork`, `SYS_clone` or `SYS_clone3`.
+/// Their children see every evicted page too (without tiermem's wrappers
+/// they read zeros).
+#[test]
+fn c_raw_fork_children_see_evicted_pages() {
+    for how in ["_Fork", "sys_fork", "sys_clone", "sys_clone3"] {
+        c_program("preload_fork", "8M", &|_| {
+            vec!["24".into(), "8".into(), how.into()]
+        });
+    }
+}
+
 /// The same with encryption at rest: children read their parent's slots
 /// with the parent's key and write their own with a key of their own.
 #[test]

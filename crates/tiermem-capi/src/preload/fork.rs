@@ -1,7 +1,15 @@
 //! fork without exec: the runtime's fork handlers (see tiermem-core's
 //! `fork` module for the design), registered with pthread_atfork once the
 //! process-wide runtime runs, whether the preload or the C API started it.
+//!
+//! Forks that run no atfork handlers get them here: glibc's `_Fork()` and
+//! the `syscall()` wrapper asked for `SYS_fork`, or for a memory-copying
+//! `SYS_clone` or `SYS_clone3`, are wrapped. A fork made with a system call
+//! instruction of the program's own is out of reach: its child reads
+//! evicted pages as zeros.
 
+use std::ffi::{c_long, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 
 use tiermem_core::global;
@@ -21,6 +29,147 @@ pub fn install() {
             );
         }
     });
+}
+
+/// `syscall(2)`, for the forks it can make that run no atfork handlers:
+/// `SYS_fork`, and `SYS_clone` or `SYS_clone3` when the child gets a copy
+/// of the memory (no `CLONE_VM`) and goes on from the caller's stack. Those
+/// run the fork handlers around the real call; every other call goes
+/// straight to the kernel, as glibc's `syscall()` does, without a symbol
+/// lookup (the runtime's own raw system calls come here too, some from
+/// signal handlers).
+///
+/// The C declaration is variadic, which stable Rust cannot define. On
+/// x86-64 a variadic call passes integer arguments exactly as a call with
+/// fixed ones: six registers, the seventh on the stack, which glibc's own
+/// `syscall()` reads whatever the call passed. So seven `long`s serve
+/// every caller; elsewhere glibc's `syscall()` is left alone.
+///
+/// # Safety
+/// As for `syscall(2)`: the call must be a valid system call.
+#[cfg(target_arch = "x86_64")]
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    n: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+    a6: c_long,
+) -> c_long {
+    let call = || {
+        // SAFETY: the caller's own system call, made as it asked.
+        unsafe { kernel_syscall(n, [a1, a2, a3, a4, a5, a6]) }
+    };
+    match copies_memory(n, a1, a2) {
+        true => with_fork_handlers(call),
+        false => call(),
+    }
+}
+
+/// Whether the call makes a child with a copy of the memory that goes on
+/// from the caller's stack, as fork(2) does.
+#[cfg(target_arch = "x86_64")]
+fn copies_memory(n: c_long, a1: c_long, a2: c_long) -> bool {
+    let no_vm = |flags: u64| flags & libc::CLONE_VM as u64 == 0;
+    match n {
+        libc::SYS_fork => true,
+        // clone(flags, new stack, ...)
+        libc::SYS_clone => no_vm(a1 as u64) && a2 == 0,
+        // clone3(args, size): flags and stack are the first and sixth u64s.
+        libc::SYS_clone3 if a1 != 0 && a2 >= 48 => {
+            // SAFETY: the caller passes a clone_args of `a2` bytes at `a1`.
+            let (flags, stack) = unsafe {
+                let args = a1 as *const u64;
+                (args.read_unaligned(), args.add(5).read_unaligned())
+            };
+            no_vm(flags) && stack == 0
+        }
+        _ => false,
+    }
+}
+
+/// A system call straight to the kernel, with glibc's convention: the
+/// result, or -1 and errno.
+///
+/// # Safety
+/// The call must be a valid system call with these arguments.
+#[cfg(target_arch = "x86_64")]
+unsafe fn kernel_syscall(n: c_long, a: [c_long; 6]) -> c_long {
+    let ret: c_long;
+    // SAFETY: the x86-64 system call convention; the kernel clobbers rcx
+    // and r11 and reads or writes memory the arguments name.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") n => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        );
+    }
+    if (-4095..0).contains(&ret) {
+        set_errno(-ret as i32);
+        return -1;
+    }
+    ret
+}
+
+/// glibc's `_Fork()`: fork without the atfork handlers (glibc 2.34+). Ours
+/// runs tiermem's, so the child keeps its evicted memory.
+///
+/// # Safety
+/// As for `_Fork(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn _Fork() -> libc::pid_t {
+    let Some(real) = libc_symbol(c"_Fork") else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    // SAFETY: `real` is glibc's _Fork, whose signature this is.
+    let real: unsafe extern "C" fn() -> libc::pid_t = unsafe { std::mem::transmute(real) };
+    // SAFETY: as the caller's contract.
+    with_fork_handlers(|| c_long::from(unsafe { real() })) as libc::pid_t
+}
+
+/// Runs `fork` (which returns 0 in the child, as fork(2)) between the
+/// prepare handler and the parent's or child's, keeping its errno.
+fn with_fork_handlers(fork: impl FnOnce() -> c_long) -> c_long {
+    prepare();
+    let pid = fork();
+    // SAFETY: __errno_location returns this thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    match pid {
+        0 => child(),
+        _ => parent(),
+    }
+    set_errno(errno);
+    pid
+}
+
+fn set_errno(value: i32) {
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// The next definition of `name` after ours (glibc's), looked up once.
+fn libc_symbol(name: &'static CStr) -> Option<usize> {
+    static FORK: AtomicUsize = AtomicUsize::new(0);
+    let mut f = FORK.load(Ordering::Acquire);
+    if f == 0 {
+        let _inside = Guard::enter();
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        FORK.store(f, Ordering::Release);
+    }
+    (f != 0).then_some(f)
 }
 
 extern "C" fn prepare() {
