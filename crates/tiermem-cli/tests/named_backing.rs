@@ -8,6 +8,8 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+#[path = "../../../tests/support/c_program.rs"]
+mod c_program;
 #[path = "../../../tests/support/pager.rs"]
 mod pager;
 use pager::PAGER;
@@ -161,4 +163,57 @@ fn with_encrypt_the_store_never_holds_the_programs_bytes() {
         found > 1000,
         "in the clear, the text should be stored: found {found}"
     );
+}
+
+/// Runs `tests/c/preload_mlock.c` in `mode` with a named backing file;
+/// returns its output and how many copies of its secret the file holds.
+fn run_mlock(exe: &Path, mode: &str) -> (Output, usize) {
+    let (_dir, file) = empty_file();
+    let out = Command::new("timeout")
+        .args([
+            "-k",
+            "10",
+            "300",
+            TIERMEM,
+            "run",
+            "--dram",
+            "8M",
+            "--stats",
+            "--backing",
+        ])
+        .arg(&file)
+        .arg("--")
+        .arg(exe)
+        .arg(mode)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running tiermem under timeout(1)");
+    let stored = std::fs::read(&file).expect("reading the backing file");
+    let marker = b"TIERMEM-LOCKED-SECRET-";
+    let found = stored.windows(marker.len()).filter(|w| w == marker).count();
+    (out, found)
+}
+
+/// `mlock`ed tiered memory stays in DRAM while 64 MiB page through an
+/// 8 MiB budget, and not one copy of it reaches the store; unlocked, the
+/// same secret is found there (so the check can fail). mlockall() is
+/// refused, locking past half the budget fails with EAGAIN, and MAP_LOCKED
+/// memory works (the C program checks those).
+#[test]
+fn locked_memory_never_reaches_the_store() {
+    let (exe, _, scratch) = c_program::compile("preload_mlock");
+    let (out, found) = run_mlock(&exe, "lock");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("OK locked"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("called mlockall()"), "{stderr}");
+    assert_eq!(found, 0, "the locked secret reached the store");
+
+    let (out, found) = run_mlock(&exe, "nolock");
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        found > 100,
+        "unlocked, the secret should be stored: found {found}"
+    );
+    let _ = std::fs::remove_dir_all(scratch);
 }

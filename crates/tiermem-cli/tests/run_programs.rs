@@ -403,6 +403,16 @@ fn c_fork_children_see_evicted_pages() {
     c_program("preload_fork", "8M", &|_| vec!["48".into(), "16".into()]);
 }
 
+/// O_DIRECT reads into tiered buffers while other threads page hard, every
+/// byte of every read checked (the same on a slow disk, where a page
+/// evicted mid-read would lose bytes, is in nbd_backing.rs).
+#[test]
+fn c_o_direct_reads_into_tiered_buffers() {
+    c_program("preload_direct_io", "8M", &|dir| {
+        vec![dir.to_string_lossy().into_owned(), "4".into()]
+    });
+}
+
 /// Forks that run no pthread_atfork handlers: glibc's `_Fork()`, and the
 /// `syscall()` wrapper asked for `SYS_fork`, `SYS_clone` or `SYS_clone3`.
 /// Their children see every evicted page too (without tiermem's wrappers

@@ -238,7 +238,8 @@ impl<'a> Evictor<'a> {
     }
 
     /// Owns the victims that are still resident (busy or gone ones are
-    /// skipped: whoever owns them re-admits them if they stay resident).
+    /// skipped: whoever owns them re-admits them if they stay resident;
+    /// pinned or locked ones are given back).
     fn take_over_victims(&mut self) {
         let rt = self.rt;
         self.owned.clear();
@@ -248,10 +249,18 @@ impl<'a> Evictor<'a> {
                 if s.kind() != Kind::Resident {
                     break;
                 }
-                if rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
-                    self.owned.push((page, s));
-                    break;
+                if !rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+                    continue;
                 }
+                if rt.pins.keeps_in_dram(page) {
+                    // Under I/O or locked: back to the policy, resident.
+                    Counters::add(&rt.counters.pinned_skips, 1);
+                    rt.table.finish(page, s);
+                    rt.policy.admit(&rt.table, page);
+                } else {
+                    self.owned.push((page, s));
+                }
+                break;
             }
         }
     }

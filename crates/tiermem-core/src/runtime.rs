@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use crossbeam_queue::SegQueue;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use crate::integrity::Checksums;
 use crate::organization::WritePolicy;
 use crate::page_table::{Kind, PageNo, PageState, PageTable, MAX_PAGES};
 use crate::pause::Pause;
+use crate::pins::Pins;
 use crate::policy::{new_policy, Policy};
 use crate::ranges::RangeAllocator;
 use crate::replaceable::Replaceable;
@@ -106,6 +107,10 @@ pub(crate) struct Shared {
     pub checksums: Checksums,
     /// Encryption at rest, when on (it authenticates, so checksums are off).
     pub(crate) cipher: Option<PageCipher>,
+    /// Pages the evictor must leave in DRAM: under I/O, or locked.
+    pub(crate) pins: Pins,
+    /// Pages locked now (mlock).
+    locked_pages: AtomicU64,
     /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
     pub(crate) injector: Injector,
     pub(crate) store_errors: StoreErrors,
@@ -145,6 +150,18 @@ impl Shared {
     #[inline]
     pub fn page_addr(&self, page: PageNo) -> usize {
         self.arena.addr() + page as usize * self.page_size
+    }
+
+    /// The arena's pages that `[addr, addr + len)` touches.
+    pub fn pages_in(&self, addr: usize, len: usize) -> std::ops::Range<PageNo> {
+        let arena = (self.arena.addr(), self.arena.addr() + self.arena.len());
+        let (from, to) = (addr.max(arena.0), addr.saturating_add(len).min(arena.1));
+        if from >= to {
+            return 0..0;
+        }
+        let first = ((from - arena.0) / self.page_size) as PageNo;
+        let end = (to - arena.0).div_ceil(self.page_size) as PageNo;
+        first..end
     }
 
     pub fn note_io_engine(&self, engine: &'static str) {
@@ -401,6 +418,8 @@ impl Runtime {
             evictor_wake: (Mutex::new(false), Condvar::new()),
             bad_access_reported: AtomicBool::new(false),
             checksums: Checksums::new(arena_pages, errors.checksums && !errors.encrypt)?,
+            pins: Pins::new(arena_pages)?,
+            locked_pages: AtomicU64::new(0),
             cipher: match errors.encrypt {
                 true => Some(PageCipher::new(arena_pages)?),
                 false => None,
@@ -501,6 +520,9 @@ impl Runtime {
     /// nor `Free`): the commitments a lazily committed zone gives back.
     pub(crate) fn release_pages(&self, start: u64, pages: u64, to: Kind) -> u64 {
         let rt = &self.shared;
+        // Memory freed while locked is unlocked first, as munmap does.
+        let first = rt.page_addr(start as PageNo);
+        self.unlock(first, pages as usize * rt.page_size);
         let mut held_data = 0;
         for p in start..start + pages {
             let page = p as PageNo;
@@ -606,6 +628,88 @@ impl Runtime {
         self.shared.page_of(addr).is_some()
     }
 
+    /// Keeps the tiered pages of `[addr, addr + len)` in DRAM until the
+    /// guard drops: I/O that may reach them by DMA (an `O_DIRECT` read) is
+    /// about to start. Pins beyond the arena are ignored. The caller keeps
+    /// a pinned span well within the budget (see [`Runtime::pin_span`]).
+    pub fn pin_for_io(&self, addr: usize, len: usize) -> PinnedIo<'_> {
+        let pages = self.shared.pages_in(addr, len);
+        self.shared.pins.pin_io(&self.shared.table, pages.clone());
+        PinnedIo { rt: self, pages }
+    }
+
+    /// The most bytes one call should pin at once: an eighth of the budget
+    /// in whole pages, so pinned pages never crowd out the pages the I/O
+    /// itself faults in, and pieces of an `O_DIRECT` read stay aligned.
+    pub fn pin_span(&self) -> usize {
+        let page = self.shared.page_size as u64;
+        (self.dram_budget() / 8 / page).max(1) as usize * page as usize
+    }
+
+    /// `mlock`: the tiered pages of `[addr, addr + len)` stay in DRAM and
+    /// never reach the store, until [`Runtime::unlock`] or their release.
+    /// Refused (`EAGAIN`, as the kernel does past its limit) when locked
+    /// pages would take more than half the budget.
+    pub fn lock(&self, addr: usize, len: usize) -> Result<()> {
+        let rt = &self.shared;
+        let pages = rt.pages_in(addr, len);
+        let adding = pages.end - pages.start - rt.pins.count_locked(pages.clone()) as PageNo;
+        let limit = rt.budget.limit() / 2;
+        let locked = rt.locked_pages.load(Ordering::Relaxed);
+        if locked + adding as u64 > limit {
+            return Err(Error::Os {
+                what: "locking tiered memory: locked pages may take at most half the DRAM budget",
+                source: std::io::Error::from_raw_os_error(libc::EAGAIN),
+            });
+        }
+        rt.pins.set_locked(&rt.table, pages.clone(), true);
+        rt.locked_pages.fetch_add(adding as u64, Ordering::Relaxed);
+        // The kernel's lock too, so the host's own swap never takes the
+        // pages either; it faults them in (through the pager) as it locks.
+        let span = self.span_of(&pages);
+        if let Err(source) = crate::sys::raw::mlock(span.0, span.1, true) {
+            self.unlock(addr, len);
+            return Err(Error::Os {
+                what: "locking tiered memory (mlock)",
+                source,
+            });
+        }
+        Ok(())
+    }
+
+    /// `munlockall`: every tiered page unlocked.
+    pub fn unlock_all(&self) {
+        self.unlock(self.shared.arena.addr(), self.shared.arena.len());
+    }
+
+    /// Address and length of a run of pages.
+    fn span_of(&self, pages: &std::ops::Range<PageNo>) -> (usize, usize) {
+        let rt = &self.shared;
+        (
+            rt.page_addr(pages.start),
+            (pages.end - pages.start) as usize * rt.page_size,
+        )
+    }
+
+    /// `munlock`: ends [`Runtime::lock`] on the tiered pages of the range.
+    pub fn unlock(&self, addr: usize, len: usize) {
+        let rt = &self.shared;
+        if rt.locked_pages.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let pages = rt.pages_in(addr, len);
+        let were = rt.pins.count_locked(pages.clone());
+        if were == 0 {
+            return;
+        }
+        let span = self.span_of(&pages);
+        // Unlocked memory may be zapped again (MADV_DONTNEED refuses locked
+        // memory); munlock of a range never locked is harmless.
+        let _ = crate::sys::raw::mlock(span.0, span.1, false);
+        rt.pins.set_locked(&rt.table, pages, false);
+        rt.locked_pages.fetch_sub(were, Ordering::Relaxed);
+    }
+
     pub fn dram_budget(&self) -> u64 {
         self.shared.budget.limit() * self.shared.page_size as u64
     }
@@ -674,6 +778,7 @@ impl Runtime {
         s.backing_capacity_bytes = rt.slots().capacity() * page;
         s.metadata_bytes = rt.table.committed_bytes(allocated_pages)
             + rt.checksums.committed_bytes(allocated_pages)
+            + rt.pins.committed_bytes(allocated_pages)
             + rt.cipher
                 .as_ref()
                 .map_or(0, |c| c.committed_bytes(allocated_pages))
@@ -693,7 +798,20 @@ impl Runtime {
         s.backing_is_block_device = info.block_device;
         s.direct_io = info.direct_io;
         s.encrypted = rt.cipher.is_some();
+        s.locked_bytes = rt.locked_pages.load(Ordering::Relaxed) * page;
         s
+    }
+}
+
+/// Pages pinned for I/O by [`Runtime::pin_for_io`]; unpinned on drop.
+pub struct PinnedIo<'a> {
+    rt: &'a Runtime,
+    pages: std::ops::Range<PageNo>,
+}
+
+impl Drop for PinnedIo<'_> {
+    fn drop(&mut self) {
+        self.rt.shared.pins.unpin_io(self.pages.clone());
     }
 }
 

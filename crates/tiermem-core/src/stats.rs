@@ -35,6 +35,9 @@ pub struct Counters {
     pub bad_accesses: AtomicU64,
     /// Pages a miss evicted from its full set (set-associative placement).
     pub conflict_evictions: AtomicU64,
+    /// Victims left in DRAM because I/O was in flight into them, or they
+    /// were locked.
+    pub pinned_skips: AtomicU64,
     /// Written pages copied out by write-through.
     pub write_throughs: AtomicU64,
     /// Read faults installed writable because a write was predicted.
@@ -185,6 +188,11 @@ pub struct Stats {
     pub bad_accesses: u64,
     /// Pages a miss evicted from its full set (set-associative placement).
     pub conflict_evictions: u64,
+    /// Victims left in DRAM because I/O was in flight into them, or they
+    /// were locked.
+    pub pinned_skips: u64,
+    /// Pages locked in DRAM now (mlock).
+    pub locked_bytes: u64,
     /// Written pages copied to the store by write-through.
     pub write_throughs: u64,
     /// Read faults installed writable because a write was predicted.
@@ -270,6 +278,7 @@ impl Counters {
         s.zero_fills_ahead = self.zero_fills_ahead.load(Relaxed);
         s.bad_accesses = self.bad_accesses.load(Relaxed);
         s.conflict_evictions = self.conflict_evictions.load(Relaxed);
+        s.pinned_skips = self.pinned_skips.load(Relaxed);
         s.write_throughs = self.write_throughs.load(Relaxed);
         s.predicted_writes = self.predicted_writes.load(Relaxed);
         s.read_errors = self.read_errors.load(Relaxed);

@@ -171,7 +171,20 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         stored = mib(s.stored_bytes),
     );
     text.push_str(&errors_line(s));
+    text.push_str(&pinned_line(s));
     text
+}
+
+/// Pages kept in DRAM for I/O in flight into them, or locked (when any).
+fn pinned_line(s: &Stats) -> String {
+    if s.pinned_skips == 0 && s.locked_bytes == 0 {
+        return String::new();
+    }
+    format!(
+        "kept in DRAM    {} victim(s) skipped while under I/O or locked; {} locked now\n",
+        s.pinned_skips,
+        mib(s.locked_bytes),
+    )
 }
 
 /// One line on store errors, only when there were any: a clean run's

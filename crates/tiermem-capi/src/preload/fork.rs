@@ -8,13 +8,13 @@
 //! instruction of the program's own is out of reach: its child reads
 //! evicted pages as zeros.
 
-use std::ffi::{c_long, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::c_long;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Once;
 
 use tiermem_core::global;
 
-use super::{program_name, Guard};
+use super::{next_symbol, program_name, set_errno, Guard};
 
 static INSTALLED: Once = Once::new();
 
@@ -129,7 +129,8 @@ unsafe fn kernel_syscall(n: c_long, a: [c_long; 6]) -> c_long {
 /// As for `_Fork(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn _Fork() -> libc::pid_t {
-    let Some(real) = libc_symbol(c"_Fork") else {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let Some(real) = next_symbol(c"_Fork", &REAL) else {
         set_errno(libc::ENOSYS);
         return -1;
     };
@@ -152,24 +153,6 @@ fn with_fork_handlers(fork: impl FnOnce() -> c_long) -> c_long {
     }
     set_errno(errno);
     pid
-}
-
-fn set_errno(value: i32) {
-    // SAFETY: __errno_location returns this thread's errno.
-    unsafe { *libc::__errno_location() = value };
-}
-
-/// The next definition of `name` after ours (glibc's), looked up once.
-fn libc_symbol(name: &'static CStr) -> Option<usize> {
-    static FORK: AtomicUsize = AtomicUsize::new(0);
-    let mut f = FORK.load(Ordering::Acquire);
-    if f == 0 {
-        let _inside = Guard::enter();
-        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        FORK.store(f, Ordering::Release);
-    }
-    (f != 0).then_some(f)
 }
 
 extern "C" fn prepare() {

@@ -3,8 +3,8 @@
 //! from here, so runtime memory is never tiered memory.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::c_void;
+use std::sync::atomic::AtomicUsize;
 
 extern "C" {
     pub fn __libc_malloc(size: usize) -> *mut c_void;
@@ -64,17 +64,9 @@ unsafe impl GlobalAlloc for LibcHeap {
 /// the symbol, so it is looked up once with `dlsym(RTLD_NEXT)`.
 pub fn libc_usable_size(p: *mut c_void) -> usize {
     static FOUND: AtomicUsize = AtomicUsize::new(0);
-    let mut f = FOUND.load(Ordering::Acquire);
-    if f == 0 {
-        let _inside = super::guard::Guard::enter();
-        let name = c"malloc_usable_size";
-        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
-        if f == 0 {
-            return 0;
-        }
-        FOUND.store(f, Ordering::Release);
-    }
+    let Some(f) = super::next_symbol(c"malloc_usable_size", &FOUND) else {
+        return 0;
+    };
     // SAFETY: `f` is glibc's malloc_usable_size, whose signature this is.
     let usable: unsafe extern "C" fn(*mut c_void) -> usize = unsafe { std::mem::transmute(f) };
     // SAFETY: `p` is a live glibc block (the caller checked it is not ours).

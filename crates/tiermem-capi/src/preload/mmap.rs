@@ -24,7 +24,9 @@ const SPECIAL: c_int = libc::MAP_FIXED
     | libc::MAP_STACK
     | libc::MAP_GROWSDOWN
     | libc::MAP_HUGETLB
-    | libc::MAP_32BIT;
+    | libc::MAP_32BIT
+    // Locked memory must never reach the store (see mlock.rs).
+    | libc::MAP_LOCKED;
 
 fn wants_tiering(len: usize, prot: c_int, flags: c_int) -> bool {
     flags & libc::MAP_ANONYMOUS != 0

@@ -15,7 +15,9 @@ pub(crate) mod fork;
 mod guard;
 pub mod libc_heap;
 mod malloc;
+mod mlock;
 mod mmap;
+mod pinned_io;
 
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
@@ -90,6 +92,7 @@ fn start() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let rt = global::init_with_fallback(config, private_file_if_store_in_use)
         .map_err(|e| e.to_string())?;
+    pinned_io::resolve();
     give_mimalloc_its_arena(rt)?;
     RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
     fork::install();
@@ -180,6 +183,18 @@ pub fn runtime() -> &'static Runtime {
     unsafe { &*rt }
 }
 
+/// The runtime whose memory the program's calls may touch: the preload's,
+/// or the one the C API started. None inside tiermem itself.
+pub fn program_runtime() -> Option<&'static Runtime> {
+    if guard::inside() {
+        return None;
+    }
+    match active() {
+        true => Some(runtime()),
+        false => global::running(),
+    }
+}
+
 /// Whether `p` was handed out by mimalloc from the malloc arena.
 #[inline]
 pub fn in_malloc_arena(p: usize) -> bool {
@@ -210,6 +225,19 @@ fn program_name() -> String {
             .to_string_lossy()
             .into_owned()
     }
+}
+
+/// The next definition of `name` after ours (glibc's), looked up once and
+/// kept in `cache`.
+fn next_symbol(name: &'static CStr, cache: &AtomicUsize) -> Option<usize> {
+    let mut f = cache.load(Ordering::Acquire);
+    if f == 0 {
+        let _inside = Guard::enter();
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        cache.store(f, Ordering::Release);
+    }
+    (f != 0).then_some(f)
 }
 
 fn set_errno(code: i32) {

@@ -668,6 +668,16 @@ fn install_pages(
                 done += installed;
                 std::thread::yield_now();
             }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && len - done > rt.page_size => {
+                // One copy must stay within one mapping, and the program's
+                // mlock or mprotect split the arena's: page by page.
+                for at in (done..len).step_by(rt.page_size) {
+                    let page = first + (at / rt.page_size) as PageNo;
+                    // SAFETY: `at` < `len`, inside the caller's buffers.
+                    install_pages(rt, page, 1, unsafe { src.add(at) }, write_protect, wake);
+                }
+                return;
+            }
             Err(e) => rt.fatal(&format!(
                 "installing {count} page(s) from page {first} with UFFDIO_COPY failed: {e}"
             )),

@@ -58,6 +58,18 @@ pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> io::Result<()> {
     .map(drop)
 }
 
+/// mlock(2), or munlock(2) with `lock` false: no memory is changed, but
+/// locking faults every page of the range in.
+pub fn mlock(addr: usize, len: usize, lock: bool) -> io::Result<()> {
+    let nr = if lock {
+        libc::SYS_mlock
+    } else {
+        libc::SYS_munlock
+    };
+    // SAFETY: (un)locking a range touches no memory the caller relies on.
+    check(unsafe { libc::syscall(nr, addr, len) }).map(drop)
+}
+
 /// # Safety
 /// As for mprotect(2): accesses the new protection forbids will fault.
 pub unsafe fn mprotect(addr: usize, len: usize, prot: i32) -> io::Result<()> {

@@ -1,0 +1,166 @@
+//! Pages that must stay in DRAM: pinned by I/O in flight, or locked.
+//!
+//! - **I/O.** A read into a tiered buffer may be a device's DMA (O_DIRECT,
+//!   or a FUSE file in direct I/O mode): the kernel pins the pages and the
+//!   device writes them while no page table entry is involved. A page
+//!   evicted meanwhile would be unmapped, its old bytes saved, and the
+//!   read's bytes would land in a page nothing maps any more. The
+//!   interposer pins the buffer's pages around such calls.
+//! - **Locks.** `mlock`ed memory may hold secrets that must never reach a
+//!   disk; a locked page is never evicted (nor written to the store).
+//!
+//! One 16-bit word per page, lazily committed: a count of I/O pins, and
+//! one bit for a lock.
+//!
+//! The evictor and a pinner meet as in Dekker's algorithm: the evictor
+//! takes a page (`Evicting`), then looks at its pins; a pinner counts its
+//! pin, then waits while the page is `Evicting`. With a full fence between
+//! each side's write and read, either the evictor sees the pin and leaves
+//! the page resident, or the pinner sees the eviction and waits until the
+//! page is gone, so the kernel's pinning fault brings it back first.
+
+use std::sync::atomic::{fence, AtomicU16, Ordering};
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::page_table::{Kind, PageNo, PageTable};
+use crate::sys::mem::Mapping;
+
+const LOCKED: u16 = 1 << 15;
+const PIN_MAX: u16 = LOCKED - 1;
+
+pub(crate) struct Pins {
+    words: Mapping,
+    pages: u64,
+}
+
+impl Pins {
+    pub fn new(pages: u64) -> Result<Pins> {
+        let words = Mapping::reserve(pages as usize * 2, "reserving the page pin table")?;
+        Ok(Pins { words, pages })
+    }
+
+    /// Whether the evictor must leave `page` alone. Call after taking it
+    /// (`Evicting`): see the module docs.
+    #[inline]
+    pub fn keeps_in_dram(&self, page: PageNo) -> bool {
+        fence(Ordering::SeqCst);
+        self.word(page).load(Ordering::Relaxed) != 0
+    }
+
+    /// Pins `pages` for I/O, then waits for any eviction of them that
+    /// started before the pin to finish.
+    pub fn pin_io(&self, table: &PageTable, pages: std::ops::Range<PageNo>) {
+        for page in pages.clone() {
+            let word = self.word(page);
+            let mut cur = word.load(Ordering::Relaxed);
+            // Saturates rather than overflow into the lock bit: a page
+            // pinned 32,767 times at once stays pinned until all end.
+            while cur & PIN_MAX != PIN_MAX {
+                match word.compare_exchange_weak(cur, cur + 1, Ordering::Relaxed, Ordering::Relaxed)
+                {
+                    Ok(_) => break,
+                    Err(seen) => cur = seen,
+                }
+            }
+        }
+        fence(Ordering::SeqCst);
+        for page in pages {
+            while table.load(page).kind() == Kind::Evicting {
+                table.sleep_while_owned(page, Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Ends the pins of [`Pins::pin_io`].
+    pub fn unpin_io(&self, pages: std::ops::Range<PageNo>) {
+        for page in pages {
+            let word = self.word(page);
+            let mut cur = word.load(Ordering::Relaxed);
+            while cur & PIN_MAX != 0 && cur & PIN_MAX != PIN_MAX {
+                match word.compare_exchange_weak(cur, cur - 1, Ordering::Release, Ordering::Relaxed)
+                {
+                    Ok(_) => break,
+                    Err(seen) => cur = seen,
+                }
+            }
+        }
+    }
+
+    /// Locks (or unlocks) `pages`: the evictor leaves them in DRAM. As with
+    /// mlock(2), locks do not nest.
+    pub fn set_locked(&self, table: &PageTable, pages: std::ops::Range<PageNo>, locked: bool) {
+        for page in pages.clone() {
+            match locked {
+                true => self.word(page).fetch_or(LOCKED, Ordering::Relaxed),
+                false => self.word(page).fetch_and(!LOCKED, Ordering::Relaxed),
+            };
+        }
+        if locked {
+            fence(Ordering::SeqCst);
+            for page in pages {
+                while table.load(page).kind() == Kind::Evicting {
+                    table.sleep_while_owned(page, Duration::from_millis(1));
+                }
+            }
+        }
+    }
+
+    /// Pages of `pages` that are locked.
+    pub fn count_locked(&self, pages: std::ops::Range<PageNo>) -> u64 {
+        pages
+            .filter(|&p| self.word(p).load(Ordering::Relaxed) & LOCKED != 0)
+            .count() as u64
+    }
+
+    /// DRAM the pins of `touched_pages` pages take.
+    pub fn committed_bytes(&self, touched_pages: u64) -> u64 {
+        touched_pages * 2
+    }
+
+    fn word(&self, page: PageNo) -> &AtomicU16 {
+        assert!((page as u64) < self.pages);
+        // SAFETY: the mapping holds `pages` zero-initialised u16s, 2-byte
+        // aligned (page-aligned base), and lives as long as `self`.
+        unsafe { &*(self.words.as_ptr() as *const AtomicU16).add(page as usize) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_count_and_locks_are_a_flag() {
+        let table = PageTable::new(8).unwrap();
+        let pins = Pins::new(8).unwrap();
+        pins.pin_io(&table, 2..4);
+        pins.pin_io(&table, 3..5);
+        assert!(!pins.keeps_in_dram(1));
+        assert!(pins.keeps_in_dram(2) && pins.keeps_in_dram(3) && pins.keeps_in_dram(4));
+        pins.unpin_io(2..4);
+        assert!(!pins.keeps_in_dram(2));
+        assert!(pins.keeps_in_dram(3), "still pinned once");
+        pins.unpin_io(3..5);
+        assert!(!pins.keeps_in_dram(3) && !pins.keeps_in_dram(4));
+
+        pins.set_locked(&table, 0..3, true);
+        pins.set_locked(&table, 1..2, true);
+        assert_eq!(pins.count_locked(0..8), 3);
+        pins.pin_io(&table, 1..2);
+        pins.set_locked(&table, 1..2, false);
+        assert!(pins.keeps_in_dram(1), "the I/O pin outlives the unlock");
+        pins.unpin_io(1..2);
+        assert!(!pins.keeps_in_dram(1));
+        assert_eq!(pins.count_locked(0..8), 2);
+    }
+
+    #[test]
+    fn unpinning_an_unpinned_page_leaves_the_lock() {
+        let table = PageTable::new(4).unwrap();
+        let pins = Pins::new(4).unwrap();
+        pins.set_locked(&table, 0..1, true);
+        pins.unpin_io(0..1);
+        assert!(pins.keeps_in_dram(0));
+    }
+}
