@@ -91,6 +91,7 @@ struct tm_stats {
     uint64_t predicted_writes;    /* read faults installed writable: a write was predicted */
     uint64_t io_errors;           /* failed or corrupt page reads, failed writes */
     uint64_t poisoned_pages;      /* lost to a read that failed twice: access gets SIGBUS */
+    uint64_t parked_bytes;        /* store space freed but kept while forked children may read it */
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

@@ -81,6 +81,8 @@ pub struct TmStats {
     pub io_errors: u64,
     /// Pages lost to a read that failed twice: their access gets SIGBUS.
     pub poisoned_pages: u64,
+    /// Store space freed but kept while forked children may read it.
+    pub parked_bytes: u64,
 }
 
 thread_local! {
@@ -328,6 +330,7 @@ fn to_c(s: &Stats) -> TmStats {
         predicted_writes: s.predicted_writes,
         io_errors: s.read_errors + s.write_errors,
         poisoned_pages: s.poisoned_pages,
+        parked_bytes: s.parked_bytes,
     }
 }
 

@@ -69,6 +69,32 @@ fn c_client_forks_with_evicted_pages() {
     let _ = std::fs::remove_dir_all(out_dir);
 }
 
+/// A long-lived forked child holds only the parent's slots it can still
+/// read (tests/c/api_fork_store.c): the parent rewrites a region twelve
+/// times while the child lives, and its store stays within about twice the
+/// region; parked space drops to zero once the child rewrote its copy.
+/// Every byte is checked on both sides. A hang is killed after two minutes.
+#[test]
+fn a_long_lived_child_does_not_grow_the_parents_store() {
+    let (exe, lib, out_dir) = compile("api_fork_store");
+    let out = Command::new("timeout")
+        .args(["-k", "5", "120"])
+        .arg(&exe)
+        .arg("/var/tmp")
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .expect("running api_fork_store under timeout(1)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(124), "hung: {stdout}{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("api_fork_store: ok"),
+        "failed ({}): {stdout}{stderr}",
+        out.status
+    );
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
 fn run_client(exe: &Path, lib: &Path, args: &[&str], ok: &str) {
     let out = Command::new(exe)
         .args(args)
@@ -82,4 +108,36 @@ fn run_client(exe: &Path, lib: &Path, args: &[&str], ok: &str) {
         "C client {args:?} failed: {stdout}{stderr}"
     );
     assert!(stdout.contains(ok), "{stdout}");
+}
+
+/// The soak (`tests/c/soak.c`) for 20 s: three threads check and rewrite
+/// every byte of random pages of 96 MiB in a budget that moves between 12
+/// and 48 MiB every second, the process forks every 2 s (every second
+/// child through a grandchild) and each child checks every byte, while
+/// single reads and writes fail. Any wrong byte, failed child, lost page
+/// or hang fails the test. The 10-minute run is a benchmark (BENCHMARKS.md).
+#[test]
+fn soak_with_forks_budget_changes_and_faults() {
+    let (exe, lib, out_dir) = compile("soak");
+    let out = Command::new("timeout")
+        .args(["-k", "5", "120"])
+        .arg(&exe)
+        .args(["20", "/var/tmp"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .env(
+            "TIERMEM_INJECT_FAULTS",
+            "read:500,read:9000,read:40000,write:30,write:900,write:6000",
+        )
+        .output()
+        .expect("running soak under timeout(1)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(124), "soak hung: {stdout}{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("soak: ok"),
+        "soak failed ({}): {stdout}{stderr}",
+        out.status
+    );
+    assert!(stdout.contains(", 0 pages lost"), "{stdout}");
+    let _ = std::fs::remove_dir_all(out_dir);
 }

@@ -114,6 +114,11 @@ fn tiermem(args: &[&str], device: &Path) -> Output {
 }
 
 fn run_pager(device: &Path) -> Output {
+    run_pager_with("python3", device)
+}
+
+/// The pager under `tiermem run --stats --dram 16M --backing BACKING`.
+fn run_pager_with(python: &str, backing: &Path) -> Output {
     Command::new("timeout")
         .args([
             "-k",
@@ -123,10 +128,11 @@ fn run_pager(device: &Path) -> Output {
             "run",
             "--dram",
             "16M",
+            "--stats",
             "--backing",
         ])
-        .arg(device)
-        .args(["--", "python3", "-c", PAGER])
+        .arg(backing)
+        .args(["--", python, "-c", PAGER])
         .env_remove("TIERMEM_BACKING")
         .output()
         .expect("running tiermem under timeout(1)")
@@ -227,23 +233,7 @@ fn run_pager_in(dir: &Path) -> Output {
         .into_iter()
         .find(|p| Path::new(p).exists())
         .unwrap_or("python3");
-    Command::new("timeout")
-        .args([
-            "-k",
-            "5",
-            "120",
-            TIERMEM,
-            "run",
-            "--dram",
-            "16M",
-            "--stats",
-            "--backing",
-        ])
-        .arg(dir)
-        .args(["--", python, "-c", PAGER])
-        .env_remove("TIERMEM_BACKING")
-        .output()
-        .expect("running tiermem under timeout(1)")
+    run_pager_with(python, dir)
 }
 
 /// ext4 mounted `data=journal` accepts O_DIRECT and serves it from the page

@@ -5,6 +5,7 @@
 //! in /var/tmp and says so at exit. Every run is under timeout(1) and
 //! checks every byte the program wrote.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -28,27 +29,42 @@ fn empty_file() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, file)
 }
 
-/// `tiermem run --stats --backing FILE -- sh -c SCRIPT`, with the pager
-/// in $PAGER.
-fn run_script(file: &Path, script: &str) -> Output {
+/// `tiermem run --dram DRAM --stats FLAGS --backing FILE -- COMMAND`,
+/// with `env`, under timeout(1).
+fn tiermem_run(
+    dram: &str,
+    flags: &[&str],
+    file: &Path,
+    command: &[&OsStr],
+    env: &[(&str, &str)],
+) -> Output {
     Command::new("timeout")
-        .args([
-            "-k",
-            "10",
-            "300",
-            TIERMEM,
-            "run",
-            "--dram",
-            "16M",
-            "--stats",
-            "--backing",
-        ])
+        .args(["-k", "10", "300", TIERMEM, "run", "--dram", dram, "--stats"])
+        .args(flags)
+        .arg("--backing")
         .arg(file)
-        .args(["--", "sh", "-c", script])
-        .env("PAGER_PROGRAM", PAGER)
+        .arg("--")
+        .args(command)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("running tiermem under timeout(1)")
+}
+
+/// `tiermem run --stats --backing FILE -- sh -c SCRIPT`, with the pager
+/// in $PAGER_PROGRAM.
+fn run_script(file: &Path, script: &str) -> Output {
+    let command = ["sh".as_ref(), "-c".as_ref(), OsStr::new(script)];
+    tiermem_run("16M", &[], file, &command, &[("PAGER_PROGRAM", PAGER)])
+}
+
+/// Copies of `marker` in the backing file.
+fn copies_in(file: &Path, marker: &[u8]) -> usize {
+    let stored = std::fs::read(file).expect("reading the backing file");
+    stored
+        .windows(marker.len())
+        .filter(|w| *w == marker)
+        .count()
 }
 
 fn text(out: &Output) -> (String, String) {
@@ -84,7 +100,7 @@ fn an_exec_keeps_the_named_backing_store() {
         python.contains(&backing),
         "python3 paged elsewhere:\n{python}"
     );
-    assert!(!stderr.contains("another process of this run"), "{stderr}");
+    assert!(!stderr.contains("another tiermem process"), "{stderr}");
     let size = std::fs::metadata(&file).expect("the backing file").len();
     assert!(size >= 48 << 20, "the backing file holds {size} bytes");
 }
@@ -102,11 +118,11 @@ fn a_child_started_while_the_store_is_held_pages_elsewhere_and_says_so() {
     let python = stats_of(&stderr, "python3");
     assert!(python.contains("backing         /var/tmp"), "{python}");
     let note = format!(
-        "to a private file in /var/tmp, not to {}: another process of this run held that backing store when this one started",
+        "to a private file in /var/tmp, not to {}: another tiermem process (the one that started this one, or an earlier one) held that backing store when this one started",
         file.display()
     );
     assert!(stderr.contains(&note), "{stderr}");
-    let said = stderr.matches("another process of this run").count();
+    let said = stderr.matches("another tiermem process").count();
     assert_eq!(said, 1, "only the process that paged says so:\n{stderr}");
 }
 
@@ -124,22 +140,15 @@ print('same' if hashlib.sha256(b).digest() == want else 'DIFFERENT', flush=True)
 /// times the marker is in the backing file afterwards.
 fn run_marked(flags: &[&str]) -> (Output, usize) {
     let (_dir, file) = empty_file();
-    let out = Command::new("timeout")
-        .args([
-            "-k", "10", "300", TIERMEM, "run", "--dram", "16M", "--stats",
-        ])
-        .args(flags)
-        .arg("--backing")
-        .arg(&file)
-        .args(["--", "sh", "-c", "exec python3 -c \"$PAGER_PROGRAM\""])
-        .env("PAGER_PROGRAM", MARKED_PAGER)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running tiermem under timeout(1)");
-    let stored = std::fs::read(&file).expect("reading the backing file");
-    let marker = b"TIERMEM-SECRET-";
-    let found = stored.windows(marker.len()).filter(|w| w == marker).count();
-    (out, found)
+    let command = ["sh", "-c", "exec python3 -c \"$PAGER_PROGRAM\""].map(OsStr::new);
+    let out = tiermem_run(
+        "16M",
+        flags,
+        &file,
+        &command,
+        &[("PAGER_PROGRAM", MARKED_PAGER)],
+    );
+    (out, copies_in(&file, b"TIERMEM-SECRET-"))
 }
 
 /// With `--encrypt`, not one copy of the program's text reaches the store,
@@ -169,29 +178,8 @@ fn with_encrypt_the_store_never_holds_the_programs_bytes() {
 /// returns its output and how many copies of its secret the file holds.
 fn run_mlock(exe: &Path, mode: &str) -> (Output, usize) {
     let (_dir, file) = empty_file();
-    let out = Command::new("timeout")
-        .args([
-            "-k",
-            "10",
-            "300",
-            TIERMEM,
-            "run",
-            "--dram",
-            "8M",
-            "--stats",
-            "--backing",
-        ])
-        .arg(&file)
-        .arg("--")
-        .arg(exe)
-        .arg(mode)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running tiermem under timeout(1)");
-    let stored = std::fs::read(&file).expect("reading the backing file");
-    let marker = b"TIERMEM-LOCKED-SECRET-";
-    let found = stored.windows(marker.len()).filter(|w| w == marker).count();
-    (out, found)
+    let out = tiermem_run("8M", &[], &file, &[exe.as_os_str(), OsStr::new(mode)], &[]);
+    (out, copies_in(&file, b"TIERMEM-LOCKED-SECRET-"))
 }
 
 /// `mlock`ed tiered memory stays in DRAM while 64 MiB page through an

@@ -77,7 +77,9 @@ impl PageCipher {
     }
 
     /// In a forked child: a key of its own for what it writes from now on.
+    /// The keys are locked again: locks are not inherited across fork.
     pub fn rekey_in_child(&self) -> Result<()> {
+        lock_in_dram(&self.keys)?;
         if self.key_count.load(Ordering::Relaxed) < MAX_KEYS {
             return self.add_key();
         }

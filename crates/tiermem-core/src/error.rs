@@ -77,12 +77,12 @@ impl Error {
         }
     }
 
-    /// Whether the backing file or device is held by another process (its
-    /// exclusive open or lock failed), as when the parent of a forked and
-    /// exec'd program holds it.
+    /// Whether the backing file or device is held by another tiermem
+    /// process (its lock is taken), as when the parent of a forked and
+    /// exec'd program holds it. A mounted device (EBUSY) is not.
     pub fn is_store_in_use(&self) -> bool {
         matches!(self, Error::Backing { source, .. }
-            if matches!(source.raw_os_error(), Some(libc::EWOULDBLOCK | libc::EBUSY)))
+            if source.raw_os_error() == Some(libc::EWOULDBLOCK))
     }
 
     pub(crate) fn os(what: &'static str) -> impl FnOnce(io::Error) -> Error {

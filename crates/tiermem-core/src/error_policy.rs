@@ -115,8 +115,43 @@ fn parse_deadline(v: &str) -> Result<Duration> {
 /// fail with EIO. Each range is inclusive; `last == u64::MAX` is open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Injection {
-    pub reads: Option<(u64, u64)>,
-    pub writes: Option<(u64, u64)>,
+    pub reads: Ranges,
+    pub writes: Ranges,
+}
+
+/// Most ranges per operation in one injection.
+pub const MAX_INJECTED_RANGES: usize = 16;
+
+/// Request numbers (from 1), as inclusive ranges; `u64::MAX` as the end
+/// means "and every one after".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ranges {
+    list: [(u64, u64); MAX_INJECTED_RANGES],
+    len: usize,
+}
+
+impl Ranges {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.list[..self.len].iter().copied()
+    }
+
+    fn contains(&self, n: u64) -> bool {
+        self.iter().any(|(first, last)| (first..=last).contains(&n))
+    }
+
+    /// False when the list is full.
+    fn push(&mut self, range: (u64, u64)) -> bool {
+        let Some(slot) = self.list.get_mut(self.len) else {
+            return false;
+        };
+        *slot = range;
+        self.len += 1;
+        true
+    }
 }
 
 impl std::str::FromStr for Injection {
@@ -129,10 +164,19 @@ impl std::str::FromStr for Injection {
                 .ok_or_else(|| invalid(ENV_INJECT_FAULTS, s, INJECT_FORM))?;
             let range =
                 parse_range(range).ok_or_else(|| invalid(ENV_INJECT_FAULTS, s, INJECT_FORM))?;
-            match op.trim() {
-                "read" => inj.reads = Some(range),
-                "write" => inj.writes = Some(range),
+            let ranges = match op.trim() {
+                "read" => &mut inj.reads,
+                "write" => &mut inj.writes,
                 _ => return Err(invalid(ENV_INJECT_FAULTS, s, INJECT_FORM)),
+            };
+            if !ranges.push(range) {
+                return Err(invalid(
+                    ENV_INJECT_FAULTS,
+                    s,
+                    &format!(
+                        "at most {MAX_INJECTED_RANGES} ranges for reads and as many for writes"
+                    ),
+                ));
             }
         }
         Ok(inj)
@@ -155,14 +199,15 @@ fn parse_range(r: &str) -> Option<(u64, u64)> {
 impl std::fmt::Display for Injection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut sep = "";
-        for (op, range) in [("read", self.reads), ("write", self.writes)] {
-            let Some((first, last)) = range else { continue };
-            match last {
-                u64::MAX => write!(f, "{sep}{op}:{first}-")?,
-                l if l == first => write!(f, "{sep}{op}:{first}")?,
-                l => write!(f, "{sep}{op}:{first}-{l}")?,
+        for (op, ranges) in [("read", &self.reads), ("write", &self.writes)] {
+            for (first, last) in ranges.iter() {
+                match last {
+                    u64::MAX => write!(f, "{sep}{op}:{first}-")?,
+                    l if l == first => write!(f, "{sep}{op}:{first}")?,
+                    l => write!(f, "{sep}{op}:{first}-{l}")?,
+                }
+                sep = ",";
             }
-            sep = ",";
         }
         Ok(())
     }
@@ -187,18 +232,20 @@ impl Injector {
 
     /// Counts one read request; the error it must report instead, if any.
     pub fn read(&self) -> Option<std::io::Error> {
-        Self::next(self.plan.reads?, &self.reads)
+        Self::next(&self.plan.reads, &self.reads)
     }
 
     /// Counts one write request; the error it must report instead, if any.
     pub fn write(&self) -> Option<std::io::Error> {
-        Self::next(self.plan.writes?, &self.writes)
+        Self::next(&self.plan.writes, &self.writes)
     }
 
-    fn next((first, last): (u64, u64), count: &AtomicU64) -> Option<std::io::Error> {
+    fn next(plan: &Ranges, count: &AtomicU64) -> Option<std::io::Error> {
+        if plan.is_empty() {
+            return None;
+        }
         let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-        (first..=last)
-            .contains(&n)
+        plan.contains(n)
             .then(|| std::io::Error::from_raw_os_error(libc::EIO))
     }
 }
@@ -217,12 +264,17 @@ mod tests {
 
     #[test]
     fn injections_parse_and_print_back() {
-        for text in ["read:3", "write:7-", "read:2-3,write:1"] {
+        for text in [
+            "read:3",
+            "write:7-",
+            "read:2-3,write:1",
+            "read:4,read:9-10,write:2,write:8",
+        ] {
             let inj: Injection = text.parse().unwrap();
             assert_eq!(inj.to_string(), text);
         }
         let inj: Injection = "read:5-".parse().unwrap();
-        assert_eq!(inj.reads, Some((5, u64::MAX)));
+        assert_eq!(inj.reads.iter().collect::<Vec<_>>(), [(5, u64::MAX)]);
     }
 
     #[test]

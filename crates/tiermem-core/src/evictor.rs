@@ -43,7 +43,7 @@ pub(crate) fn evictor_loop(rt: &Shared) {
         rt.wait_until_eviction_needed(Duration::from_millis(5));
         ev.run();
         ev.copy_out_written();
-        rt.poll_fork_leases();
+        rt.slots().review_children();
     }
     ev.hand_back_probation();
 }
@@ -183,7 +183,7 @@ impl<'a> Evictor<'a> {
         (demoted, dropped)
     }
 
-    /// Step 1. Returns how many pages were picked, and how many of them left
+    /// Step 1. Returns how many pages were demoted, and how many of them left
     /// DRAM at once (clean, with a valid slot, and no probation to keep them).
     fn demote(&mut self, want: usize) -> (usize, usize) {
         if want == 0 {
@@ -209,6 +209,7 @@ impl<'a> Evictor<'a> {
         if let Err(e) = self.zapper.flush() {
             rt.fatal(&format!("unmapping evicted pages failed: {e}"));
         }
+        let taken = self.demoted.len();
         for d in self.demoted.drain(..) {
             match d.frame {
                 Some(frame) => {
@@ -234,7 +235,9 @@ impl<'a> Evictor<'a> {
                 }
             }
         }
-        (self.victims.len(), dropped)
+        // Pages taken, not picked: when every victim is pinned, the caller
+        // must see that nothing moved, and sleep rather than spin.
+        (taken, dropped)
     }
 
     /// Owns the victims that are still resident (busy or gone ones are
@@ -474,9 +477,18 @@ impl Evictor<'_> {
             if s.kind() != Kind::Resident || !s.is_dirty() {
                 return None;
             }
-            if rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
-                return Some(s);
+            if !rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+                continue;
             }
+            if rt.pins.keeps_in_dram(page) {
+                // Locked: never to the store. Under I/O: a DMA may still
+                // change it behind the write protection; eviction writes
+                // it later, once the I/O is over.
+                Counters::add(&rt.counters.pinned_skips, 1);
+                rt.table.finish(page, s);
+                return None;
+            }
+            return Some(s);
         }
     }
 
@@ -562,7 +574,7 @@ impl Evictor<'_> {
 /// the backed part of the store, except in a forked child (whose own file
 /// starts empty) and while forked children keep freed slots parked: then
 /// the store grows. Returns false if it cannot grow while slots are parked
-/// (they come back when the children end).
+/// (they come back as the children let them go, or end).
 pub(crate) fn take_fresh_slots(rt: &Shared, n: usize, out: &mut Vec<u64>) -> bool {
     for attempt in 0..2 {
         rt.slots().alloc(n, rt.store().backed_slots(), out);
@@ -576,7 +588,7 @@ pub(crate) fn take_fresh_slots(rt: &Shared, n: usize, out: &mut Vec<u64>) -> boo
         if attempt == 0 && rt.store().ensure_backed(want).is_ok() {
             continue;
         }
-        if rt.slots().is_deferring() {
+        if rt.slots().has_children() {
             return false;
         }
     }

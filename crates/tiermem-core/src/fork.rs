@@ -13,122 +13,263 @@
 //!   evicted pages are read from the *parent's* slots, read-only; whatever
 //!   the child writes back goes to a private file of its own. Its budget
 //!   is its own, equal to the parent's.
-//! - **The parent** keeps running at once. Slots it frees are parked, not
-//!   reused, while any child may still read them. A pipe per fork tells when
-//!   that ends: the child holds its write end, close-on-exec, so the pipe
-//!   reports end-of-file once the child (and any descendant sharing its
-//!   memory) has exited or exec'd.
+//! - **The parent** keeps running at once. A slot it frees is parked, not
+//!   reused, while a child may still read it: each child holds the slots
+//!   in use at its fork and lets each go as it stops referring to it (see
+//!   `store::held`). A pipe per fork tells when a child's hold ends: the
+//!   child holds its write end, close-on-exec, so the pipe reports
+//!   end-of-file once the child (and any descendant sharing its memory)
+//!   has exited or exec'd.
 //!
 //! `vfork`, `posix_spawn` and `system` share memory until exec and run no
 //! fork handlers: they stay cheap.
 
 use std::cell::UnsafeCell;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::MutexGuard;
+use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::ranges::RangeAllocator;
-use crate::runtime::{start_threads, Runtime, Shared};
-use crate::store::{FileStore, ForkedStore, SlotAllocator, Store};
+use crate::runtime::{start_threads, Shared};
+use crate::store::{FileStore, ForkedStore, HeldSlots, ParentHold, SlotAllocator, Store};
 
-/// What `prepare_fork` holds until the fork is over on both sides.
-struct InFlight {
-    _ranges: MutexGuard<'static, RangeAllocator>,
-    _lazy: MutexGuard<'static, RangeAllocator>,
-    lease: Option<(OwnedFd, OwnedFd)>,
+/// Every running runtime, through the C API, the preload or the Rust API:
+/// the fork handlers serve them all.
+static LIVE: Mutex<Vec<Arc<Shared>>> = Mutex::new(Vec::new());
+
+/// What the fork handlers hold from prepare until the fork is over on
+/// both sides: the registry, so that no runtime comes or goes meanwhile.
+static LIVE_HELD: ForkCell<Option<MutexGuard<'static, Vec<Arc<Shared>>>>> =
+    ForkCell(UnsafeCell::new(None));
+
+/// How the handlers run: set by a host (the preload) that must mark the
+/// forking thread as inside tiermem while they do.
+static WRAPPER: OnceLock<fn(&mut dyn FnMut())> = OnceLock::new();
+
+static INSTALLED: Once = Once::new();
+
+/// State only the forking thread touches, between the prepare handler and
+/// the parent's or child's: glibc runs fork handlers under its own lock,
+/// one fork at a time, and tiermem's own fork wrappers call them the same
+/// way.
+pub(crate) struct ForkCell<T>(UnsafeCell<T>);
+// SAFETY: see above; accesses are serialised by glibc's atfork lock.
+unsafe impl<T> Sync for ForkCell<T> {}
+// SAFETY: the contents (lock guards among them) are put and taken by the
+// forking thread alone, so a guard is released by the thread that took
+// its lock (in the child, that thread's only copy); no other thread ever
+// reaches them, whichever thread owns the runtime.
+unsafe impl<T> Send for ForkCell<T> {}
+
+impl<T: Default> ForkCell<T> {
+    pub(crate) fn empty() -> ForkCell<T> {
+        ForkCell(UnsafeCell::new(T::default()))
+    }
+
+    /// # Safety
+    /// Only on the forking thread, inside the fork handlers.
+    unsafe fn put(&self, value: T) {
+        *self.0.get() = value;
+    }
+
+    /// # Safety
+    /// As for `put`.
+    unsafe fn take(&self) -> T {
+        std::mem::take(&mut *self.0.get())
+    }
 }
 
-/// glibc runs fork handlers under its own lock, one fork at a time, on the
-/// forking thread: this slot is only touched there.
-struct ForkSlot(UnsafeCell<Option<InFlight>>);
-// SAFETY: see above; accesses are serialised by glibc's atfork lock.
-unsafe impl Sync for ForkSlot {}
-static IN_FLIGHT: ForkSlot = ForkSlot(UnsafeCell::new(None));
+/// What `prepare` holds for one runtime until the fork is over.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    /// The range allocators' locks, so that the child's copies are whole.
+    /// `'static` because the runtime outlives them: it stays in `LIVE`,
+    /// whose lock is held for as long.
+    locks: Option<(
+        MutexGuard<'static, RangeAllocator>,
+        MutexGuard<'static, RangeAllocator>,
+    )>,
+    lease: Option<(OwnedFd, OwnedFd)>,
+    /// The slots the child may read of ours, shared with it.
+    held: Option<Arc<HeldSlots>>,
+}
 
-impl Runtime {
-    /// Call right before fork (a `pthread_atfork` prepare handler).
-    pub fn prepare_fork(&'static self) {
-        let rt = self.shared();
-        let ranges = rt.ranges.lock().unwrap_or_else(|p| p.into_inner());
-        let lazy = rt.lazy.lock().unwrap_or_else(|p| p.into_inner());
-        rt.slots().start_deferring();
+/// Serves `shared` in forked children from now on (the handlers are
+/// registered with pthread_atfork the first time).
+pub(crate) fn register(shared: &Arc<Shared>) {
+    INSTALLED.call_once(|| {
+        // SAFETY: registers three plain extern "C" functions.
+        let rc =
+            unsafe { libc::pthread_atfork(Some(prepare_all), Some(parent_all), Some(child_all)) };
+        if rc != 0 {
+            eprintln!(
+                "tiermem: pthread_atfork failed ({rc}); a forked child would lose evicted memory"
+            );
+        }
+    });
+    live().push(Arc::clone(shared));
+}
+
+/// The runtime is going away: forks no longer concern it.
+pub(crate) fn unregister(shared: &Arc<Shared>) {
+    live().retain(|s| !Arc::ptr_eq(s, shared));
+}
+
+fn live() -> MutexGuard<'static, Vec<Arc<Shared>>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes the fork handlers run inside `wrapper`, which calls what it is
+/// given once. The preload marks the thread as inside tiermem there, so
+/// that what the handlers allocate comes from plain memory.
+pub fn set_wrapper(wrapper: fn(&mut dyn FnMut())) {
+    let _ = WRAPPER.set(wrapper);
+}
+
+fn wrapped(mut f: impl FnMut()) {
+    match WRAPPER.get() {
+        Some(wrapper) => wrapper(&mut f),
+        None => f(),
+    }
+}
+
+/// The prepare handler: every runtime's threads park at safe points.
+/// Public for forks that run no atfork handlers (`_Fork`, raw clone),
+/// which a host wraps with these three.
+pub extern "C" fn prepare_all() {
+    wrapped(|| {
+        let runtimes = live();
+        for rt in runtimes.iter() {
+            rt.prepare_fork();
+        }
+        // SAFETY: only the forking thread, inside the handlers.
+        unsafe { LIVE_HELD.put(Some(runtimes)) };
+    });
+}
+
+/// The parent's handler: every runtime goes on.
+pub extern "C" fn parent_all() {
+    wrapped(|| {
+        // SAFETY: only the forking thread, inside the handlers.
+        let runtimes = unsafe { LIVE_HELD.take() };
+        for rt in runtimes.iter().flat_map(|r| r.iter()) {
+            rt.after_fork_parent();
+        }
+    });
+}
+
+/// The child's handler: every runtime starts a pager of its own. A child
+/// that cannot would read its evicted memory as zeros, so it stops.
+pub extern "C" fn child_all() {
+    wrapped(|| {
+        // SAFETY: only the forking thread, inside the handlers.
+        let runtimes = unsafe { LIVE_HELD.take() };
+        for rt in runtimes.iter().flat_map(|r| r.iter()) {
+            // SAFETY: glibc runs child handlers first thing in the new
+            // process, on its only thread; nothing borrows a store across
+            // the fork.
+            if let Err(e) = unsafe { rt.after_fork_child() } {
+                eprintln!(
+                    "tiermem: a forked child of {} cannot start its pager: {e}",
+                    program_name()
+                );
+                // SAFETY: _exit ends the child without running anything else.
+                unsafe { libc::_exit(1) };
+            }
+        }
+    });
+}
+
+fn program_name() -> String {
+    std::fs::read_to_string("/proc/self/comm")
+        .map(|s| s.trim_end().to_owned())
+        .unwrap_or_else(|_| "a tiered program".into())
+}
+
+impl Shared {
+    /// Right before fork.
+    fn prepare_fork(&self) {
+        let ranges = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
+        let lazy = self.lazy.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: the guards are dropped in `after_fork_parent` or
+        // `after_fork_child`, while `LIVE`'s lock keeps this runtime alive.
+        let locks = unsafe {
+            (
+                std::mem::transmute::<
+                    MutexGuard<'_, RangeAllocator>,
+                    MutexGuard<'static, RangeAllocator>,
+                >(ranges),
+                std::mem::transmute::<
+                    MutexGuard<'_, RangeAllocator>,
+                    MutexGuard<'static, RangeAllocator>,
+                >(lazy),
+            )
+        };
         let lease = lease_pipe();
         if lease.is_none() {
             eprintln!(
                 "tiermem: could not create a fork lease pipe; slots freed from now on stay parked"
             );
         }
-        rt.pause
-            .pause_all(rt.config.handler_threads + 1, || rt.kick_evictor());
-        // SAFETY: only the forking thread touches the slot (see ForkSlot).
+        self.pause
+            .pause_all(self.config.handler_threads + 1, || self.kick_evictor());
+        // With the evictor and handlers parked, no slot is taken or freed
+        // behind the snapshot.
+        let held = self.slots().hold_for_child();
+        // SAFETY: only the forking thread, inside the handlers.
         unsafe {
-            *IN_FLIGHT.0.get() = Some(InFlight {
-                _ranges: ranges,
-                _lazy: lazy,
+            self.fork_in_flight.put(InFlight {
+                locks: Some(locks),
                 lease,
+                held,
             })
         };
     }
 
-    /// Call in the parent right after fork.
-    pub fn after_fork_parent(&'static self) {
-        let rt = self.shared();
-        // SAFETY: as in `prepare_fork`.
-        let in_flight = unsafe { (*IN_FLIGHT.0.get()).take() };
-        if let Some(InFlight {
-            lease: Some((read, _write)),
-            ..
-        }) = in_flight
-        {
-            rt.fork_leases
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(read);
+    /// In the parent right after fork.
+    fn after_fork_parent(&self) {
+        // SAFETY: only the forking thread, inside the handlers.
+        let in_flight = unsafe { self.fork_in_flight.take() };
+        if let Some((read, _write)) = in_flight.lease {
+            self.slots().lease_child(read);
         }
-        rt.pause.resume();
+        drop(in_flight.locks);
+        self.pause.resume();
     }
 
-    /// Call in the child right after fork, before anything else runs.
+    /// In the child right after fork, before anything else runs.
     ///
     /// # Safety
     /// Only in a freshly forked child, on its only thread, with no borrow
     /// of the runtime's store or slot allocator alive.
-    pub unsafe fn after_fork_child(&'static self) -> Result<()> {
-        let rt = self.shared();
-        let in_flight = (*IN_FLIGHT.0.get()).take();
-        if let Some(InFlight {
-            lease: Some((_read, write)),
-            ..
-        }) = in_flight
-        {
+    unsafe fn after_fork_child(self: &Arc<Self>) -> Result<()> {
+        let in_flight = self.fork_in_flight.take();
+        if let Some((_read, write)) = in_flight.lease {
             // Held until this process exits or execs.
             std::mem::forget(write);
         }
-        // Leases of our siblings are the parent's business.
-        rt.fork_leases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        rt.stop_event.replace_in_child()?;
-        rt.read_ahead_event.replace_in_child()?;
-        rt.pause.reset_in_child()?;
+        drop(in_flight.locks);
+        self.stop_event.replace_in_child()?;
+        self.read_ahead_event.replace_in_child()?;
+        self.pause.reset_in_child()?;
+        self.forget_pins_in_child();
         self.take_over_arena()?;
-        self.switch_to_own_store()?;
-        if let Some(cipher) = &rt.cipher {
+        self.switch_to_own_store(in_flight.held)?;
+        if let Some(cipher) = &self.cipher {
             cipher.rekey_in_child()?;
         }
         // The threads run until the process exits or execs.
-        std::mem::forget(start_threads(self.shared_ref())?);
+        std::mem::forget(start_threads(self)?);
         Ok(())
     }
 
     /// Registers the child's copy of the arena with a userfaultfd of its own
     /// and write-protects what is mapped, so dirty tracking holds here too.
     fn take_over_arena(&self) -> Result<()> {
-        let rt = self.shared();
+        let rt = self;
         rt.uffd.replace_in_child()?;
-        let (start, end) = self.arena_bounds();
+        let (start, end) = (rt.arena.addr(), rt.arena.addr() + rt.arena.len());
         rt.uffd.register(start, end - start)?;
         rt.uffd
             .write_protect(start, end - start, true)
@@ -138,38 +279,25 @@ impl Runtime {
             })
     }
 
-    /// The parent's slots become read-only; new writes go to a file of our own.
-    unsafe fn switch_to_own_store(&self) -> Result<()> {
-        let rt = self.shared();
+    /// The parent's slots become read-only; new writes go to a file of our
+    /// own. What we stop reading of the parent's slots goes back through
+    /// `held`, the bitmap it shares with us. The parent's other children's
+    /// holds are its business, so our copy of its allocator goes.
+    unsafe fn switch_to_own_store(&self, held: Option<Arc<HeldSlots>>) -> Result<()> {
+        let rt = self;
         let own = FileStore::open(&child_backing_dir(rt), rt.page_size, None)?;
         own.warn_if_buffered();
         let boundary = rt.store().slot_span();
         let capacity = own.capacity_slots();
+        let parent = held.map(|held| ParentHold {
+            held,
+            first: rt.slots().base(),
+        });
         rt.store_cell()
             .replace_in_child(|inherited| Box::new(ForkedStore::new(inherited, own)));
         rt.slots_cell()
-            .replace_in_child(|_| Box::new(SlotAllocator::with_base(boundary, capacity)));
+            .replace_in_child(|_| Box::new(SlotAllocator::with_base(boundary, capacity, parent)));
         Ok(())
-    }
-}
-
-impl Shared {
-    /// Ends the leases of children that have exited or exec'd.
-    pub fn poll_fork_leases(&self) {
-        let mut leases = self.fork_leases.lock().unwrap_or_else(|p| p.into_inner());
-        if leases.is_empty() {
-            return;
-        }
-        leases.retain(|fd| {
-            let mut byte = 0u8;
-            // SAFETY: a non-blocking read of one byte into a valid buffer.
-            let n = unsafe { libc::read(fd.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
-            let ended = n == 0;
-            if ended {
-                self.slots().stop_deferring();
-            }
-            !ended
-        });
     }
 }
 

@@ -23,7 +23,7 @@ mod error;
 pub mod error_policy;
 mod evictor;
 mod fault;
-mod fork;
+pub mod fork;
 mod frames;
 pub mod global;
 mod integrity;

@@ -88,13 +88,27 @@ impl Pins {
     }
 
     /// Locks (or unlocks) `pages`: the evictor leaves them in DRAM. As with
-    /// mlock(2), locks do not nest.
-    pub fn set_locked(&self, table: &PageTable, pages: std::ops::Range<PageNo>, locked: bool) {
+    /// mlock(2), locks do not nest. Returns how many pages changed.
+    pub fn set_locked(
+        &self,
+        table: &PageTable,
+        pages: std::ops::Range<PageNo>,
+        locked: bool,
+    ) -> u64 {
+        let mut changed = 0;
         for page in pages.clone() {
-            match locked {
-                true => self.word(page).fetch_or(LOCKED, Ordering::Relaxed),
-                false => self.word(page).fetch_and(!LOCKED, Ordering::Relaxed),
+            let word = self.word(page);
+            // Looked at first, so that unlocking a large range writes (and
+            // commits) only the words that hold a lock.
+            let was = word.load(Ordering::Relaxed) & LOCKED != 0;
+            if was == locked {
+                continue;
+            }
+            let before = match locked {
+                true => word.fetch_or(LOCKED, Ordering::Relaxed),
+                false => word.fetch_and(!LOCKED, Ordering::Relaxed),
             };
+            changed += u64::from((before & LOCKED != 0) != locked);
         }
         if locked {
             fence(Ordering::SeqCst);
@@ -104,13 +118,17 @@ impl Pins {
                 }
             }
         }
+        changed
     }
 
-    /// Pages of `pages` that are locked.
-    pub fn count_locked(&self, pages: std::ops::Range<PageNo>) -> u64 {
-        pages
-            .filter(|&p| self.word(p).load(Ordering::Relaxed) & LOCKED != 0)
-            .count() as u64
+    /// In a forked child: no I/O of the parent's is in flight here, and
+    /// memory locks are not inherited across fork (mlock(2)).
+    pub fn forget_all_in_child(&self) {
+        // SAFETY: discards our private copy of the table, which then reads
+        // as zeros; nothing holds a reference into it across this call.
+        let _ = unsafe {
+            crate::sys::raw::madvise(self.words.addr(), self.words.len(), libc::MADV_DONTNEED)
+        };
     }
 
     /// DRAM the pins of `touched_pages` pages take.
@@ -144,15 +162,14 @@ mod tests {
         pins.unpin_io(3..5);
         assert!(!pins.keeps_in_dram(3) && !pins.keeps_in_dram(4));
 
-        pins.set_locked(&table, 0..3, true);
-        pins.set_locked(&table, 1..2, true);
-        assert_eq!(pins.count_locked(0..8), 3);
+        assert_eq!(pins.set_locked(&table, 0..3, true), 3);
+        assert_eq!(pins.set_locked(&table, 1..2, true), 0, "locks do not nest");
         pins.pin_io(&table, 1..2);
-        pins.set_locked(&table, 1..2, false);
+        assert_eq!(pins.set_locked(&table, 1..2, false), 1);
         assert!(pins.keeps_in_dram(1), "the I/O pin outlives the unlock");
         pins.unpin_io(1..2);
         assert!(!pins.keeps_in_dram(1));
-        assert_eq!(pins.count_locked(0..8), 2);
+        assert_eq!(pins.set_locked(&table, 0..8, false), 2);
     }
 
     #[test]

@@ -4,7 +4,6 @@
 use std::collections::VecDeque;
 
 use crossbeam_queue::SegQueue;
-use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -99,9 +98,9 @@ pub(crate) struct Shared {
     /// How the evictor writes pages, for the stats (set by the evictor).
     write_engine: Mutex<&'static str>,
     io_fallback_reported: AtomicBool,
-    /// Read ends of one pipe per forked child that still shares our slots.
-    pub fork_leases: Mutex<Vec<OwnedFd>>,
     evictor_wake: (Mutex<bool>, Condvar),
+    /// What the fork handlers hold between prepare and parent or child.
+    pub(crate) fork_in_flight: crate::fork::ForkCell<crate::fork::InFlight>,
     bad_access_reported: AtomicBool,
     /// The sum of every page in the store, checked when it is read back.
     pub checksums: Checksums,
@@ -111,6 +110,11 @@ pub(crate) struct Shared {
     pub(crate) pins: Pins,
     /// Pages locked now (mlock).
     locked_pages: AtomicU64,
+    /// Pages pinned for I/O now, counted once per pin.
+    pinned_for_io: AtomicU64,
+    /// Every range locked since the last `munlockall` (a superset of what
+    /// is locked now), so that it need not visit the whole arena.
+    locked_ranges: Mutex<Vec<std::ops::Range<PageNo>>>,
     /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
     pub(crate) injector: Injector,
     pub(crate) store_errors: StoreErrors,
@@ -125,6 +129,18 @@ impl Shared {
     #[inline]
     pub fn store(&self) -> &dyn Store {
         self.store.get()
+    }
+
+    /// In a forked child: pins and locks are the parent's (see
+    /// `Pins::forget_all_in_child`).
+    pub(crate) fn forget_pins_in_child(&self) {
+        self.pins.forget_all_in_child();
+        self.locked_pages.store(0, Ordering::Relaxed);
+        self.pinned_for_io.store(0, Ordering::Relaxed);
+        self.locked_ranges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     pub(crate) fn store_cell(&self) -> &Replaceable<dyn Store> {
@@ -350,6 +366,7 @@ impl Runtime {
             threads: Vec::new(),
         };
         runtime.threads = start_threads(&runtime.shared)?;
+        crate::fork::register(&runtime.shared);
         Ok(runtime)
     }
 
@@ -411,15 +428,17 @@ impl Runtime {
             read_ahead_event: EventFd::new()?,
             pause: Pause::new()?,
             probation_queue: Mutex::new(VecDeque::new()),
-            fork_leases: Mutex::new(Vec::new()),
             io_engine: Mutex::new("pread"),
             write_engine: Mutex::new("pwritev"),
             io_fallback_reported: AtomicBool::new(false),
             evictor_wake: (Mutex::new(false), Condvar::new()),
+            fork_in_flight: crate::fork::ForkCell::empty(),
             bad_access_reported: AtomicBool::new(false),
             checksums: Checksums::new(arena_pages, errors.checksums && !errors.encrypt)?,
             pins: Pins::new(arena_pages)?,
             locked_pages: AtomicU64::new(0),
+            pinned_for_io: AtomicU64::new(0),
+            locked_ranges: Mutex::new(Vec::new()),
             cipher: match errors.encrypt {
                 true => Some(PageCipher::new(arena_pages)?),
                 false => None,
@@ -633,8 +652,26 @@ impl Runtime {
     /// about to start. Pins beyond the arena are ignored. The caller keeps
     /// a pinned span well within the budget (see [`Runtime::pin_span`]).
     pub fn pin_for_io(&self, addr: usize, len: usize) -> PinnedIo<'_> {
-        let pages = self.shared.pages_in(addr, len);
-        self.shared.pins.pin_io(&self.shared.table, pages.clone());
+        let rt = &self.shared;
+        let pages = rt.pages_in(addr, len);
+        let n = (pages.end - pages.start) as u64;
+        // All pins together stay within half the budget, less what is
+        // locked, so that faults always find room: past that, wait.
+        loop {
+            let room = (rt.budget.limit() / 2)
+                .saturating_sub(rt.locked_pages.load(Ordering::Relaxed))
+                .max(n);
+            let reserved =
+                rt.pinned_for_io
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
+                        (cur + n <= room).then_some(cur + n)
+                    });
+            if reserved.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        rt.pins.pin_io(&rt.table, pages.clone());
         PinnedIo { rt: self, pages }
     }
 
@@ -653,17 +690,27 @@ impl Runtime {
     pub fn lock(&self, addr: usize, len: usize) -> Result<()> {
         let rt = &self.shared;
         let pages = rt.pages_in(addr, len);
-        let adding = pages.end - pages.start - rt.pins.count_locked(pages.clone()) as PageNo;
+        let most = (pages.end - pages.start) as u64;
+        // Room for every page of the range is reserved first, so that two
+        // calls at once cannot both pass the limit.
         let limit = rt.budget.limit() / 2;
-        let locked = rt.locked_pages.load(Ordering::Relaxed);
-        if locked + adding as u64 > limit {
+        let reserved = rt
+            .locked_pages
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n + most <= limit).then_some(n + most)
+            });
+        if reserved.is_err() {
             return Err(Error::Os {
                 what: "locking tiered memory: locked pages may take at most half the DRAM budget",
                 source: std::io::Error::from_raw_os_error(libc::EAGAIN),
             });
         }
-        rt.pins.set_locked(&rt.table, pages.clone(), true);
-        rt.locked_pages.fetch_add(adding as u64, Ordering::Relaxed);
+        let changed = rt.pins.set_locked(&rt.table, pages.clone(), true);
+        rt.locked_pages.fetch_sub(most - changed, Ordering::Relaxed);
+        rt.locked_ranges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(pages.clone());
         // The kernel's lock too, so the host's own swap never takes the
         // pages either; it faults them in (through the pager) as it locks.
         let span = self.span_of(&pages);
@@ -677,9 +724,38 @@ impl Runtime {
         Ok(())
     }
 
-    /// `munlockall`: every tiered page unlocked.
+    /// `munlock`: ends [`Runtime::lock`] on the tiered pages of the range.
+    pub fn unlock(&self, addr: usize, len: usize) {
+        let rt = &self.shared;
+        if rt.locked_pages.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let pages = rt.pages_in(addr, len);
+        let changed = rt.pins.set_locked(&rt.table, pages.clone(), false);
+        if changed == 0 {
+            return;
+        }
+        let span = self.span_of(&pages);
+        // Unlocked memory may be zapped again (MADV_DONTNEED refuses locked
+        // memory); munlock of a range never locked is harmless.
+        let _ = crate::sys::raw::mlock(span.0, span.1, false);
+        rt.locked_pages.fetch_sub(changed, Ordering::Relaxed);
+    }
+
+    /// `munlockall`: every tiered page unlocked (the ranges ever locked are
+    /// visited, not the whole arena).
     pub fn unlock_all(&self) {
-        self.unlock(self.shared.arena.addr(), self.shared.arena.len());
+        let ranges = std::mem::take(
+            &mut *self
+                .shared
+                .locked_ranges
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for pages in ranges {
+            let (addr, len) = self.span_of(&pages);
+            self.unlock(addr, len);
+        }
     }
 
     /// Address and length of a run of pages.
@@ -689,25 +765,6 @@ impl Runtime {
             rt.page_addr(pages.start),
             (pages.end - pages.start) as usize * rt.page_size,
         )
-    }
-
-    /// `munlock`: ends [`Runtime::lock`] on the tiered pages of the range.
-    pub fn unlock(&self, addr: usize, len: usize) {
-        let rt = &self.shared;
-        if rt.locked_pages.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let pages = rt.pages_in(addr, len);
-        let were = rt.pins.count_locked(pages.clone());
-        if were == 0 {
-            return;
-        }
-        let span = self.span_of(&pages);
-        // Unlocked memory may be zapped again (MADV_DONTNEED refuses locked
-        // memory); munlock of a range never locked is harmless.
-        let _ = crate::sys::raw::mlock(span.0, span.1, false);
-        rt.pins.set_locked(&rt.table, pages, false);
-        rt.locked_pages.fetch_sub(were, Ordering::Relaxed);
     }
 
     pub fn dram_budget(&self) -> u64 {
@@ -742,10 +799,6 @@ impl Runtime {
         &self.shared
     }
 
-    pub(crate) fn shared_ref(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
     /// How many times the page holding `addr` was seen in use, misses
     /// included, as CLOCK counts them (saturating at 15; see
     /// `policy::heat`). `None` outside the arena. For tests and diagnostics.
@@ -775,6 +828,7 @@ impl Runtime {
         s.allocated_bytes = allocated_pages * page;
         s.backing_bytes = rt.store().allocated_bytes();
         s.stored_bytes = rt.slots().in_use() * page;
+        s.parked_bytes = rt.slots().parked() * page;
         s.backing_capacity_bytes = rt.slots().capacity() * page;
         s.metadata_bytes = rt.table.committed_bytes(allocated_pages)
             + rt.checksums.committed_bytes(allocated_pages)
@@ -811,13 +865,17 @@ pub struct PinnedIo<'a> {
 
 impl Drop for PinnedIo<'_> {
     fn drop(&mut self) {
-        self.rt.shared.pins.unpin_io(self.pages.clone());
+        let rt = &self.rt.shared;
+        rt.pins.unpin_io(self.pages.clone());
+        let n = (self.pages.end - self.pages.start) as u64;
+        rt.pinned_for_io.fetch_sub(n, Ordering::Relaxed);
     }
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
         let rt = &self.shared;
+        crate::fork::unregister(rt);
         if rt.signal_slots.is_some() {
             signal::unregister(rt);
         }

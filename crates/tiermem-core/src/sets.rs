@@ -85,7 +85,13 @@ impl SetMap {
 
     /// Claims `page` (seen in `state`, `Zero` or `Stored`) for loading and
     /// gives it a way of its set.
-    pub fn place(&self, table: &PageTable, page: PageNo, state: PageState) -> Placement {
+    pub fn place(
+        &self,
+        table: &PageTable,
+        page: PageNo,
+        state: PageState,
+        pinned: &dyn Fn(PageNo) -> bool,
+    ) -> Placement {
         let set = page as u64 % self.sets;
         let _lock = SetLock::take(&self.heads[set as usize]);
         let first = (set * self.ways as u64) as usize;
@@ -106,6 +112,12 @@ impl SetMap {
         let Some(victim_state) = own_victim(table, victim) else {
             return Placement::Busy;
         };
+        if victim_state.kind() == Kind::Resident && pinned(victim) {
+            // Under I/O or locked: the set stays as it is, and the fault
+            // waits for the pin to end.
+            table.finish(victim, victim_state);
+            return Placement::Busy;
+        }
         if !table.transition(page, state, state.with_kind(Kind::Loading)) {
             table.finish(victim, victim_state);
             return Placement::Changed;
@@ -283,7 +295,7 @@ mod tests {
     /// Places `page` and makes it resident, as the fault path would.
     fn load(sets: &SetMap, table: &PageTable, page: PageNo) -> Option<PageNo> {
         let s = stored(table, page);
-        match sets.place(table, page, s) {
+        match sets.place(table, page, s, &|_| false) {
             Placement::Placed(victim) => {
                 table.finish(page, s.with_kind(Kind::Resident));
                 victim.map(|(v, vs)| {
@@ -354,7 +366,10 @@ mod tests {
         let s = table.load(5);
         table.finish(5, s.with_kind(Kind::Loading));
         let s9 = stored(&table, 9);
-        assert!(matches!(sets.place(&table, 9, s9), Placement::Busy));
+        assert!(matches!(
+            sets.place(&table, 9, s9, &|_| false),
+            Placement::Busy
+        ));
         assert_eq!(table.load(9).kind(), Kind::Stored, "9 is left as it was");
     }
 }

@@ -221,6 +221,9 @@ pub struct Stats {
     pub backing_bytes: u64,
     /// Slots holding pages right now, in bytes.
     pub stored_bytes: u64,
+    /// Of those, slots freed here but kept because forked children may
+    /// still read them, in bytes.
+    pub parked_bytes: u64,
     /// DRAM the runtime uses for itself (page table, bitmaps, buffers).
     pub metadata_bytes: u64,
     pub page_size: u64,

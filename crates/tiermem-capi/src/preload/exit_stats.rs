@@ -66,7 +66,7 @@ extern "C" fn report_spill() {
         return;
     }
     let text = format!(
-        "tiermem: {} (pid {}) paged {} to a private file in {}, not to {}: another process of this run held that backing store when this one started\n",
+        "tiermem: {} (pid {}) paged {} to a private file in {}, not to {}: another tiermem process (the one that started this one, or an earlier one) held that backing store when this one started\n",
         program_name(),
         std::process::id(),
         mib(s.bytes_written),
@@ -172,7 +172,19 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     );
     text.push_str(&errors_line(s));
     text.push_str(&pinned_line(s));
+    text.push_str(&parked_line(s));
     text
+}
+
+/// Store space kept for forked children (when any).
+fn parked_line(s: &Stats) -> String {
+    if s.parked_bytes == 0 {
+        return String::new();
+    }
+    format!(
+        "kept for forks  {} of freed store space that forked children may still read\n",
+        mib(s.parked_bytes),
+    )
 }
 
 /// Pages kept in DRAM for I/O in flight into them, or locked (when any).

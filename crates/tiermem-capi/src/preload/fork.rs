@@ -1,6 +1,7 @@
-//! fork without exec: the runtime's fork handlers (see tiermem-core's
-//! `fork` module for the design), registered with pthread_atfork once the
-//! process-wide runtime runs, whether the preload or the C API started it.
+//! fork without exec: tiermem-core registers the fork handlers (see its
+//! `fork` module for the design) for every runtime; here they run with
+//! the thread marked as inside tiermem, whether the preload or the C API
+//! started the runtime.
 //!
 //! Forks that run no atfork handlers get them here: glibc's `_Fork()` and
 //! the `syscall()` wrapper asked for `SYS_fork`, or for a memory-copying
@@ -10,24 +11,17 @@
 
 use std::ffi::c_long;
 use std::sync::atomic::AtomicUsize;
-use std::sync::Once;
 
-use tiermem_core::global;
+use tiermem_core::fork::{child_all, parent_all, prepare_all, set_wrapper};
 
-use super::{next_symbol, program_name, set_errno, Guard};
+use super::{next_symbol, set_errno, Guard};
 
-static INSTALLED: Once = Once::new();
-
-/// Registers the fork handlers, once per process.
+/// Makes the fork handlers run inside tiermem: what they allocate comes
+/// from plain memory, never from the tiered memory they are pausing.
 pub fn install() {
-    INSTALLED.call_once(|| {
-        // SAFETY: registers three plain extern "C" functions.
-        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-        if rc != 0 {
-            eprintln!(
-                "tiermem: pthread_atfork failed ({rc}); a forked child would lose evicted memory"
-            );
-        }
+    set_wrapper(|handler| {
+        let _inside = Guard::enter();
+        handler();
     });
 }
 
@@ -72,7 +66,9 @@ pub unsafe extern "C" fn syscall(
 /// from the caller's stack, as fork(2) does.
 #[cfg(target_arch = "x86_64")]
 fn copies_memory(n: c_long, a1: c_long, a2: c_long) -> bool {
-    let no_vm = |flags: u64| flags & libc::CLONE_VM as u64 == 0;
+    // A child sharing the file table (CLONE_FILES) would replace the
+    // parent's userfaultfd with its own: not a fork tiermem can serve.
+    let no_vm = |flags: u64| flags & (libc::CLONE_VM | libc::CLONE_FILES) as u64 == 0;
     match n {
         libc::SYS_fork => true,
         // clone(flags, new stack, ...)
@@ -123,7 +119,10 @@ unsafe fn kernel_syscall(n: c_long, a: [c_long; 6]) -> c_long {
 }
 
 /// glibc's `_Fork()`: fork without the atfork handlers (glibc 2.34+). Ours
-/// runs tiermem's, so the child keeps its evicted memory.
+/// runs tiermem's, so the child keeps its evicted memory. Unlike glibc's,
+/// it is not async-signal-safe (the child starts a pager: it allocates,
+/// opens its backing file and starts threads): a `_Fork` from a signal
+/// handler of a tiered program is not supported.
 ///
 /// # Safety
 /// As for `_Fork(3)`.
@@ -143,47 +142,14 @@ pub unsafe extern "C" fn _Fork() -> libc::pid_t {
 /// Runs `fork` (which returns 0 in the child, as fork(2)) between the
 /// prepare handler and the parent's or child's, keeping its errno.
 fn with_fork_handlers(fork: impl FnOnce() -> c_long) -> c_long {
-    prepare();
+    prepare_all();
     let pid = fork();
     // SAFETY: __errno_location returns this thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     match pid {
-        0 => child(),
-        _ => parent(),
+        0 => child_all(),
+        _ => parent_all(),
     }
     set_errno(errno);
     pid
-}
-
-extern "C" fn prepare() {
-    let _inside = Guard::enter();
-    if let Some(rt) = global::running() {
-        rt.prepare_fork();
-    }
-}
-
-extern "C" fn parent() {
-    let _inside = Guard::enter();
-    if let Some(rt) = global::running() {
-        rt.after_fork_parent();
-    }
-}
-
-extern "C" fn child() {
-    let _inside = Guard::enter();
-    let Some(rt) = global::running() else {
-        return;
-    };
-    // SAFETY: glibc runs child handlers first thing in the new process, on
-    // its only thread; nothing borrows the runtime's store across fork.
-    if let Err(e) = unsafe { rt.after_fork_child() } {
-        // The child cannot see its evicted memory: stopping is the only
-        // answer that loses nothing silently.
-        eprintln!(
-            "tiermem: a forked child of {} cannot start its pager: {e}",
-            program_name()
-        );
-        // SAFETY: _exit ends the child without running anything else.
-        unsafe { libc::_exit(1) };
-    }
 }

@@ -61,6 +61,9 @@ static MMAP_THRESHOLD: AtomicUsize = AtomicUsize::new(DEFAULT_MMAP_THRESHOLD);
 static CONSTRUCTOR: extern "C" fn() = on_load;
 
 extern "C" fn on_load() {
+    // Before anything can call them from a signal handler (the C API's
+    // signal delivery reads the store from inside SIGBUS handlers).
+    pinned_io::resolve();
     if env(ENV_PRELOAD).as_deref() != Some("1") {
         STATE.store(OFF, Ordering::Release);
         return;
@@ -92,7 +95,6 @@ fn start() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let rt = global::init_with_fallback(config, private_file_if_store_in_use)
         .map_err(|e| e.to_string())?;
-    pinned_io::resolve();
     give_mimalloc_its_arena(rt)?;
     RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
     fork::install();

@@ -1,20 +1,22 @@
-//! Reads into tiered memory keep their buffer in DRAM until they return.
+//! `O_DIRECT` reads into tiered memory keep their buffer in DRAM until
+//! they return.
 //!
-//! A read may reach its buffer by DMA (`O_DIRECT`, or a FUSE file in
-//! direct I/O mode): the kernel pins the pages and the device writes them
-//! with no page table entry involved, so a page tiermem evicted meanwhile
-//! would lose the read's bytes (see tiermem-core's `pins`). The `read`
-//! family pins the buffer's pages around the call. Buffered reads need no
-//! pin, but cost a few atomic operations more; telling them apart would
-//! cost a system call.
+//! Such a read reaches its buffer by DMA: the kernel pins the pages and the
+//! device writes them with no page table entry involved, so a page tiermem
+//! evicted meanwhile would lose the read's bytes (see tiermem-core's
+//! `pins`). The `read` family pins the buffer's pages around the call when
+//! the descriptor is `O_DIRECT` (one `fcntl` to tell). Other reads copy
+//! through the page tables, which the pager sees, and are never pinned: a
+//! socket read may wait for data indefinitely, and its buffer must stay
+//! evictable meanwhile.
 //!
 //! A pinned page cannot make room for the pages the read faults in, so one
-//! call pins at most [`Runtime::pin_span`] bytes (an eighth of the budget).
-//! A longer read into tiered memory goes in pieces of that size: on a
-//! regular file or a block device one after another, as one call returns;
-//! on anything else (a pipe, a socket) the first piece alone, a short read
-//! as read(2) allows. Asynchronous reads (io_uring, AIO) complete outside
-//! any call and are not pinned.
+//! call pins at most [`Runtime::pin_span`] bytes (an eighth of the budget),
+//! and the runtime caps all pins together. A longer read goes in pieces of
+//! that size, one after another, as one call returns (an `O_DIRECT`
+//! descriptor is a file or a block device, where a read goes on where the
+//! last stopped). Asynchronous reads (io_uring, AIO) complete outside any
+//! call and are not pinned.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::AtomicUsize;
@@ -73,22 +75,20 @@ fn tiered(buf: *const c_void, len: usize) -> Option<&'static Runtime> {
     (rt.contains(start) || rt.contains(last)).then_some(rt)
 }
 
-/// Whether reading `fd` again goes on where the last read stopped, so a
-/// long read may be made of several.
-fn reads_in_pieces(fd: c_int) -> bool {
-    // SAFETY: fstat writes into a stat it owns.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid stat to write.
-    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
-    let kind = st.st_mode & libc::S_IFMT;
-    ok && (kind == libc::S_IFREG || kind == libc::S_IFBLK)
+/// The runtime, when a read from `fd` into `[buf, buf + len)` must pin:
+/// the buffer is tiered and the descriptor reads by DMA (`O_DIRECT`).
+fn pinning(fd: c_int, buf: *const c_void, len: usize) -> Option<&'static Runtime> {
+    let rt = tiered(buf, len)?;
+    // SAFETY: F_GETFL reads the descriptor's flags; a bad fd gives -1, and
+    // the read itself then fails as it would have.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    (flags != -1 && flags & libc::O_DIRECT != 0).then_some(rt)
 }
 
 /// Reads `len` bytes into `buf` with `call(piece, piece_len, done)`, each
 /// piece pinned; see the module docs.
 fn pinned_read(
     rt: &Runtime,
-    fd: c_int,
     buf: *mut c_void,
     len: usize,
     mut call: impl FnMut(*mut c_void, usize, usize) -> isize,
@@ -98,7 +98,6 @@ fn pinned_read(
         let _pinned = rt.pin_for_io(buf as usize, len);
         return call(buf, len, 0);
     }
-    let many = reads_in_pieces(fd);
     let mut done = 0usize;
     while done < len {
         let piece = (len - done).min(span);
@@ -111,7 +110,7 @@ fn pinned_read(
             return if done > 0 { done as isize } else { n };
         }
         done += n as usize;
-        if (n as usize) < piece || !many {
+        if (n as usize) < piece {
             break;
         }
     }
@@ -123,11 +122,11 @@ fn pinned_read(
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize {
     let real = next!(READ, c"read", ReadFn);
-    match tiered(buf, count) {
+    match pinning(fd, buf, count) {
         // SAFETY: the caller's own read.
         None => unsafe { real(fd, buf, count) },
         // SAFETY: each piece is part of the caller's buffer.
-        Some(rt) => pinned_read(rt, fd, buf, count, |b, n, _| unsafe { real(fd, b, n) }),
+        Some(rt) => pinned_read(rt, buf, count, |b, n, _| unsafe { real(fd, b, n) }),
     }
 }
 
@@ -136,10 +135,10 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isiz
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: usize, offset: i64) -> isize {
     let real = next!(PREAD, c"pread", PreadFn);
-    match tiered(buf, count) {
+    match pinning(fd, buf, count) {
         // SAFETY: the caller's own read.
         None => unsafe { real(fd, buf, count, offset) },
-        Some(rt) => pinned_read(rt, fd, buf, count, |b, n, done| {
+        Some(rt) => pinned_read(rt, buf, count, |b, n, done| {
             // SAFETY: each piece is part of the caller's buffer, read at its
             // own place in the file.
             unsafe { real(fd, b, n, offset + done as i64) }
@@ -220,7 +219,7 @@ fn pinned_readv(
     }
     // SAFETY: the caller passes `iovcnt` iovecs at `iov`.
     let iovs = unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) };
-    let Some(rt) = iovs.iter().find_map(|v| tiered(v.iov_base, v.iov_len)) else {
+    let Some(rt) = iovs.iter().find_map(|v| pinning(fd, v.iov_base, v.iov_len)) else {
         return whole();
     };
     let total: usize = iovs.iter().map(|v| v.iov_len).sum();
@@ -232,16 +231,16 @@ fn pinned_readv(
         return whole();
     }
     let mut done = 0usize;
-    for v in iovs {
+    for v in iovs.iter().filter(|v| v.iov_len > 0) {
         let before = done;
-        let n = pinned_read(rt, fd, v.iov_base, v.iov_len, |b, len, within| {
+        let n = pinned_read(rt, v.iov_base, v.iov_len, |b, len, within| {
             one(b, len, before + within)
         });
         if n < 0 {
             return if done > 0 { done as isize } else { n };
         }
         done += n as usize;
-        if (n as usize) < v.iov_len || !reads_in_pieces(fd) {
+        if (n as usize) < v.iov_len {
             break;
         }
     }
@@ -324,7 +323,7 @@ pub unsafe extern "C" fn preadv64(
     offset: i64,
 ) -> isize {
     // SAFETY: the same contract.
-    unsafe { preadv2(fd, iov, iovcnt, offset, 0) }
+    unsafe { preadv(fd, iov, iovcnt, offset) }
 }
 
 /// # Safety

@@ -16,12 +16,6 @@ use crate::sys::mem::zap;
 /// content could not be written.
 pub(crate) fn evict_for_conflict(rt: &Shared, victim: PageNo, state: PageState) -> bool {
     let resident = state.kind() == Kind::Resident;
-    if resident && rt.pins.keeps_in_dram(victim) {
-        // Under I/O or locked: the set stays full, and the fault waits.
-        Counters::add(&rt.counters.pinned_skips, 1);
-        rt.table.finish(victim, state);
-        return false;
-    }
     let addr = rt.page_addr(victim);
     if resident && state.is_dirty() {
         // A write between the copy and the zap would be lost.

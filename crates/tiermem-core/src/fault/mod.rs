@@ -344,7 +344,14 @@ fn claim_for_load(rt: &Shared, page: PageNo, state: PageState, wait: bool) -> Cl
         }
         return Claim::Claimed;
     };
-    let victim = match sets.place(&rt.table, page, state) {
+    let pinned = |victim| {
+        let kept = rt.pins.keeps_in_dram(victim);
+        if kept {
+            Counters::add(&rt.counters.pinned_skips, 1);
+        }
+        kept
+    };
+    let victim = match sets.place(&rt.table, page, state, &pinned) {
         Placement::Placed(victim) => victim,
         Placement::Changed => return Claim::Changed,
         Placement::Busy => return Claim::Busy,

@@ -70,6 +70,8 @@ pub struct FileStore {
     /// committed pages), so the common case is one atomic load.
     backed_slots: AtomicU64,
     grow_lock: Mutex<()>,
+    /// A block device or formatted file: every slot is there from the start.
+    fixed_size: bool,
     direct_io: bool,
     /// Held from a buffered batch's first write to its `fdatasync`: the
     /// error that `fdatasync` reports belongs to the file description, so
@@ -122,6 +124,7 @@ impl FileStore {
             capacity_slots,
             backed_slots: AtomicU64::new(backed),
             grow_lock: Mutex::new(()),
+            fixed_size: layout != Layout::Growing,
             direct_io,
             buffered_batch: Mutex::new(()),
             block_device: layout == Layout::Device,
@@ -272,7 +275,10 @@ impl Store for FileStore {
     }
 
     fn ensure_backed(&self, slots: u64) -> Result<()> {
-        if slots <= self.backed_slots.load(Ordering::Acquire) {
+        // A device or formatted file is all backed, and never grows: its
+        // length is not where its slots end (a device's is 0), so growing
+        // it would write zeros over the header and the slots.
+        if self.fixed_size || slots <= self.backed_slots.load(Ordering::Acquire) {
             return Ok(());
         }
         let _grow = self.grow_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -514,6 +520,14 @@ fn create_private_file(path: &Path) -> Result<(File, bool)> {
 
 fn open_existing(path: &Path, block_device: bool) -> Result<(File, bool)> {
     let c = cstring(path)?;
+    if block_device {
+        // A device another tiermem process holds is told apart from one
+        // that is mounted: both refuse O_EXCL (EBUSY), but only the former
+        // holds our lock, looked at first on a plain descriptor.
+        let (probe, _) = open_maybe_direct(&c, libc::O_RDWR, 0)
+            .map_err(|e| backing_err(path, "cannot open for reading and writing", e))?;
+        claim_exclusively(&probe, path)?;
+    }
     // A regular file is opened without following a link swapped in after
     // the checks; device paths (/dev/disk/by-id/...) are links by design.
     // O_EXCL on a block device fails while it is mounted or held by
@@ -596,6 +610,10 @@ pub fn format_store(path: &Path, force: bool) -> Result<Label> {
     }
     device_label::write_header(&f)
         .map_err(|e| backing_err(path, "cannot write tiermem's header", e))?;
+    // A file tiermem grew before carries the mark of a growing store, which
+    // would win over the header.
+    // SAFETY: removes an attribute of our own descriptor by its name.
+    unsafe { libc::fremovexattr(f.as_raw_fd(), OURS_XATTR.as_ptr()) };
     Ok(label)
 }
 

@@ -8,6 +8,7 @@
 mod device_label;
 mod file;
 mod forked;
+mod held;
 mod ring_writer;
 mod slots;
 
@@ -18,8 +19,9 @@ use std::path::PathBuf;
 pub use device_label::Label;
 pub use file::{format_store, FileStore};
 pub use forked::ForkedStore;
+pub use held::HeldSlots;
 pub use ring_writer::RingWriter;
-pub use slots::SlotAllocator;
+pub use slots::{ParentHold, SlotAllocator};
 
 use crate::error::Result;
 

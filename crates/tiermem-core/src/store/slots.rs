@@ -5,25 +5,37 @@
 //! are handed out lazily, in ascending runs, so that a batch of evictions
 //! lands in adjacent slots and becomes a few large writes.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use crossbeam_queue::SegQueue;
-
+use super::held::HeldSlots;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
-/// Slot numbers below `base` belong to the parent process (a forked child
-/// reads them but never frees or reuses them); this allocator hands out
+/// Slot numbers below `base` belong to the ancestors (a forked child reads
+/// them but never reuses them); this allocator hands out
 /// `base..base+capacity`.
 ///
-/// While forked children live (`deferring > 0`), freed slots are parked
-/// instead of reused: a child may still read the old contents.
+/// While forked children live, a freed slot that one of them still holds
+/// (see [`HeldSlots`]) is parked instead of reused.
 pub struct SlotAllocator {
     base: u64,
-    deferring: AtomicUsize,
-    deferred: SegQueue<u64>,
     bits: Vec<AtomicU64>,
+    /// Slots freed here that a live child held at the time: still in use
+    /// in `bits`, reused once no child holds them.
+    parked: Vec<AtomicU64>,
+    parked_count: AtomicU64,
+    /// The union of the live children's bitmaps, as of the last review;
+    /// read lock-free by `free` on the fault path.
+    held_by_children: Vec<AtomicU64>,
+    /// Children whose bitmap could not be made: they hold every slot.
+    children_holding_all: AtomicUsize,
+    child_count: AtomicUsize,
+    children: Mutex<Children>,
+    /// In a forked child: the bitmap its parent shares with it.
+    parent: Option<ParentHold>,
     capacity: u64,
     committed: AtomicU64,
     in_use: AtomicU64,
@@ -31,24 +43,60 @@ pub struct SlotAllocator {
     cursor: Mutex<u64>,
 }
 
+/// What a forked child holds of its parent's slots: the shared bitmap, and
+/// the parent's first slot number (bit 0 of the bitmap).
+pub struct ParentHold {
+    pub held: Arc<HeldSlots>,
+    pub first: u64,
+}
+
+#[derive(Default)]
+struct Children {
+    list: Vec<Child>,
+    last_review: Option<Instant>,
+}
+
+struct Child {
+    /// `None` when the bitmap could not be made: then it holds everything.
+    held: Option<Arc<HeldSlots>>,
+    /// Reads end-of-file once the child and its descendants sharing its
+    /// memory have exited or exec'd; `None` (no pipe) lasts as long as we do.
+    lease: Option<OwnedFd>,
+}
+
+/// How often parked slots are looked at again while children live: the
+/// children release slots on their own, with no message to the parent.
+const REVIEW_EVERY: Duration = Duration::from_millis(100);
+
 impl SlotAllocator {
     pub fn new(capacity: u64) -> SlotAllocator {
-        Self::with_base(0, capacity)
+        Self::with_base(0, capacity, None)
     }
 
-    /// An allocator for the slots `base..base+capacity` (a forked child's).
-    pub fn with_base(base: u64, capacity: u64) -> SlotAllocator {
+    /// An allocator for the slots `base..base+capacity` (a forked child's),
+    /// releasing what it stops using of its parent's slots into `parent`.
+    pub fn with_base(base: u64, capacity: u64, parent: Option<ParentHold>) -> SlotAllocator {
         let words = capacity.div_ceil(64) as usize;
+        let zeroed = || (0..words).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
         SlotAllocator {
             base,
-            deferring: AtomicUsize::new(0),
-            deferred: SegQueue::new(),
-            bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            bits: zeroed(),
+            parked: zeroed(),
+            parked_count: AtomicU64::new(0),
+            held_by_children: zeroed(),
+            children_holding_all: AtomicUsize::new(0),
+            child_count: AtomicUsize::new(0),
+            children: Mutex::new(Children::default()),
+            parent,
             capacity,
             committed: AtomicU64::new(0),
             in_use: AtomicU64::new(0),
             cursor: Mutex::new(0),
         }
+    }
+
+    pub fn base(&self) -> u64 {
+        self.base
     }
 
     /// Promises slots for `pages` more pages, growing the store's backed
@@ -137,14 +185,40 @@ impl SlotAllocator {
     }
 
     pub fn free(&self, slot: u64) {
-        if slot < self.base {
-            return; // the parent's: read-only for us
-        }
-        if self.deferring.load(Ordering::SeqCst) > 0 {
-            self.deferred.push(slot);
+        let Some(own) = slot.checked_sub(self.base) else {
+            self.release_parents(slot);
+            return;
+        };
+        if self.held_by_a_child(own) {
+            let bit = 1u64 << (own % 64);
+            self.parked[(own / 64) as usize].fetch_or(bit, Ordering::AcqRel);
+            self.parked_count.fetch_add(1, Ordering::Relaxed);
             return;
         }
         self.release(slot);
+    }
+
+    fn held_by_a_child(&self, own: u64) -> bool {
+        if self.child_count.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        if self.children_holding_all.load(Ordering::SeqCst) > 0 {
+            return true;
+        }
+        let word = self.held_by_children[(own / 64) as usize].load(Ordering::Acquire);
+        word & (1u64 << (own % 64)) != 0
+    }
+
+    /// One of the parent's slots is no longer ours to read. A child that
+    /// has forked children of its own keeps holding it: they may read it.
+    fn release_parents(&self, slot: u64) {
+        let Some(parent) = &self.parent else { return };
+        if self.has_children() {
+            return;
+        }
+        if let Some(rel) = slot.checked_sub(parent.first) {
+            parent.held.release(rel);
+        }
     }
 
     fn release(&self, slot: u64) {
@@ -158,23 +232,117 @@ impl SlotAllocator {
         }
     }
 
-    /// A child was forked: from now on freed slots are parked.
-    pub fn start_deferring(&self) {
-        self.deferring.fetch_add(1, Ordering::SeqCst);
+    /// Before a fork: a bitmap, shared with the child, of the slots our
+    /// pages refer to now (in use and not parked). Until the child's lease
+    /// ends, a slot it holds is parked when freed here. Call with every
+    /// thread that frees or allocates slots paused.
+    pub fn hold_for_child(&self) -> Option<Arc<HeldSlots>> {
+        let referenced = |i: usize| {
+            self.bits[i].load(Ordering::Acquire) & !self.parked[i].load(Ordering::Acquire)
+        };
+        let held = match HeldSlots::snapshot(self.capacity, referenced) {
+            Ok(held) => Some(Arc::new(held)),
+            Err(e) => {
+                eprintln!(
+                    "tiermem: {e}; every slot freed from now on stays parked until this child ends"
+                );
+                self.children_holding_all.fetch_add(1, Ordering::SeqCst);
+                None
+            }
+        };
+        if let Some(h) = &held {
+            for (i, word) in self.held_by_children.iter().enumerate() {
+                word.fetch_or(h.word(i).load(Ordering::Relaxed), Ordering::AcqRel);
+            }
+        }
+        let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
+        children.list.push(Child {
+            held: held.clone(),
+            lease: None,
+        });
+        self.child_count.fetch_add(1, Ordering::SeqCst);
+        held
     }
 
-    /// A child is gone (exited or exec'd). When none is left, the parked
-    /// slots become free.
-    pub fn stop_deferring(&self) {
-        if self.deferring.fetch_sub(1, Ordering::SeqCst) == 1 {
-            while let Some(slot) = self.deferred.pop() {
-                self.release(slot);
+    /// After the fork, in the parent: the read end of the newest child's
+    /// lease pipe (non-blocking).
+    pub fn lease_child(&self, read_end: OwnedFd) {
+        let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(child) = children.list.iter_mut().rev().find(|c| c.lease.is_none()) {
+            child.lease = Some(read_end);
+        }
+    }
+
+    /// Ends the holds of children that have exited or exec'd, and reuses
+    /// parked slots that no live child holds any more. Called by the
+    /// evictor between batches.
+    pub fn review_children(&self) {
+        let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
+        if children.list.is_empty() && self.parked_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let before = children.list.len();
+        children.list.retain(|c| !lease_ended(c.lease.as_ref()));
+        let ended = children.list.len() < before;
+        let due = children
+            .last_review
+            .is_none_or(|t| t.elapsed() >= REVIEW_EVERY);
+        if !ended && !due {
+            return;
+        }
+        children.last_review = Some(Instant::now());
+        let holding_all = children.list.iter().filter(|c| c.held.is_none()).count();
+        self.children_holding_all
+            .store(holding_all, Ordering::SeqCst);
+        self.child_count
+            .store(children.list.len(), Ordering::SeqCst);
+        for (i, word) in self.held_by_children.iter().enumerate() {
+            let held = children
+                .list
+                .iter()
+                .filter_map(|c| c.held.as_ref())
+                .fold(0, |acc, h| acc | h.word(i).load(Ordering::Acquire));
+            // Bits only ever go from held to free here: a child never
+            // takes a slot back, and a new child is added with the
+            // threads that free slots paused.
+            word.store(held, Ordering::Release);
+        }
+        if holding_all == 0 {
+            self.reuse_parked();
+        }
+    }
+
+    /// Releases the parked slots no child holds now.
+    fn reuse_parked(&self) {
+        if self.parked_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        for (i, parked) in self.parked.iter().enumerate() {
+            let free =
+                parked.load(Ordering::Acquire) & !self.held_by_children[i].load(Ordering::Acquire);
+            if free == 0 {
+                continue;
+            }
+            // Only the reviewer clears parked bits; `free` only sets them.
+            parked.fetch_and(!free, Ordering::AcqRel);
+            self.parked_count
+                .fetch_sub(free.count_ones() as u64, Ordering::Relaxed);
+            for b in 0..64 {
+                if free & (1u64 << b) != 0 {
+                    self.release(self.base + i as u64 * 64 + b);
+                }
             }
         }
     }
 
-    pub fn is_deferring(&self) -> bool {
-        self.deferring.load(Ordering::SeqCst) > 0
+    /// Whether forked children may still read our slots.
+    pub fn has_children(&self) -> bool {
+        self.child_count.load(Ordering::SeqCst) > 0
+    }
+
+    /// Slots freed here that children still hold.
+    pub fn parked(&self) -> u64 {
+        self.parked_count.load(Ordering::Relaxed)
     }
 
     pub fn in_use(&self) -> u64 {
@@ -184,8 +352,25 @@ impl SlotAllocator {
         self.capacity
     }
     pub fn metadata_bytes(&self) -> u64 {
-        self.bits.len() as u64 * 8
+        let children = self.children.lock().unwrap_or_else(|p| p.into_inner());
+        let held: u64 = children
+            .list
+            .iter()
+            .filter_map(|c| c.held.as_ref())
+            .map(|h| h.bytes())
+            .sum();
+        self.bits.len() as u64 * 8 * 3 + held
     }
+}
+
+/// Whether a child's lease pipe reads end-of-file: the child and every
+/// descendant sharing its memory have exited or exec'd.
+fn lease_ended(lease: Option<&OwnedFd>) -> bool {
+    let Some(fd) = lease else { return false };
+    let mut byte = 0u8;
+    // SAFETY: a non-blocking read of one byte into a valid buffer.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
+    n == 0
 }
 
 #[cfg(test)]
@@ -216,22 +401,106 @@ mod tests {
         assert_eq!(a.in_use(), 256);
     }
 
+    /// A pipe whose write end stands for a live child.
+    fn lease() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 writes two fresh descriptors into `fds`.
+        assert_eq!(
+            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
+            0
+        );
+        // SAFETY: both descriptors are fresh and owned here.
+        unsafe {
+            use std::os::fd::FromRawFd;
+            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+        }
+    }
+
+    /// Reviews, past the review interval.
+    fn review(a: &SlotAllocator) {
+        a.children.lock().unwrap().last_review = None;
+        a.review_children();
+    }
+
     #[test]
-    fn frees_wait_while_children_live_and_parent_slots_are_never_freed() {
-        let a = SlotAllocator::with_base(1000, 64);
+    fn a_child_holds_only_the_slots_in_use_at_its_fork() {
+        let a = SlotAllocator::with_base(1000, 64, None);
         let mut out = Vec::new();
         a.alloc(4, 64, &mut out);
         assert_eq!(out, vec![1000, 1001, 1002, 1003]);
-        a.free(7); // a parent's slot: ignored
-        a.start_deferring();
+        a.free(7); // an ancestor's slot: ignored
+        let held = a.hold_for_child().expect("a bitmap");
+        let (read, write) = lease();
+        a.lease_child(read);
         a.free(1001);
-        a.alloc(64, 64, &mut out);
+        assert_eq!(a.parked(), 1, "a slot the child holds is parked");
+        a.alloc(60, 64, &mut out);
         assert!(!out.contains(&1001), "a parked slot must not be reused");
-        assert_eq!(a.in_use(), 64);
-        a.stop_deferring();
-        assert_eq!(a.in_use(), 63);
+        a.free(1010);
+        assert_eq!(
+            a.parked(),
+            1,
+            "a slot taken after the fork is reused at once"
+        );
         a.alloc(1, 64, &mut out);
-        assert_eq!(out, vec![1001]);
+        assert_eq!(out, vec![1010]);
+        // The child rewrites its copy of the page: it lets the slot go.
+        held.release(1);
+        review(&a);
+        assert_eq!(a.parked(), 0);
+        a.free(1002);
+        assert_eq!(a.parked(), 1, "still held");
+        drop(write); // the child exits
+        a.review_children();
+        assert!(!a.has_children());
+        assert_eq!(a.parked(), 0);
+        assert_eq!(a.in_use(), 64 - 2);
+    }
+
+    #[test]
+    fn a_slot_is_reused_only_when_no_child_holds_it() {
+        let a = SlotAllocator::new(128);
+        let mut out = Vec::new();
+        a.alloc(2, 128, &mut out);
+        let first = a.hold_for_child().expect("a bitmap");
+        let (r1, _w1) = lease();
+        a.lease_child(r1);
+        let second = a.hold_for_child().expect("a bitmap");
+        let (r2, _w2) = lease();
+        a.lease_child(r2);
+        a.free(0);
+        first.release(0);
+        review(&a);
+        assert_eq!(a.parked(), 1, "the second child still holds slot 0");
+        second.release(0);
+        review(&a);
+        assert_eq!(a.parked(), 0);
+        assert_eq!(a.in_use(), 1);
+    }
+
+    #[test]
+    fn a_child_releases_its_parents_slots_unless_it_has_children() {
+        let parent = SlotAllocator::new(64);
+        let mut out = Vec::new();
+        parent.alloc(3, 64, &mut out);
+        let held = parent.hold_for_child().expect("a bitmap");
+        let child = SlotAllocator::with_base(
+            64,
+            64,
+            Some(ParentHold {
+                held: Arc::clone(&held),
+                first: 0,
+            }),
+        );
+        child.free(1);
+        assert_eq!(held.word(0).load(Ordering::Relaxed), 0b101);
+        let _grandchild = child.hold_for_child();
+        child.free(2);
+        assert_eq!(
+            held.word(0).load(Ordering::Relaxed),
+            0b101,
+            "a grandchild may still read slot 2"
+        );
     }
 
     #[test]

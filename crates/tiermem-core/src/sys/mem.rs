@@ -23,7 +23,7 @@ impl Mapping {
     /// Reserves `len` bytes of read-write address space without committing
     /// memory or swap for it (`MAP_NORESERVE`). Pages materialise on touch.
     pub fn reserve(len: usize, what: &'static str) -> Result<Mapping> {
-        Self::map(len, 0, what)
+        Self::map(len, what)
     }
 
     /// Like [`Mapping::reserve`], aligned to `align` (a power of two), so
@@ -33,7 +33,7 @@ impl Mapping {
             what,
             source: io::Error::from_raw_os_error(libc::ENOMEM),
         })?;
-        let raw = Self::map(over, 0, what)?;
+        let raw = Self::map(over, what)?;
         let start = raw.addr();
         let aligned = (start + align - 1) & !(align - 1);
         let head = aligned - start;
@@ -58,20 +58,22 @@ impl Mapping {
         })
     }
 
-    fn map(len: usize, extra_flags: i32, what: &'static str) -> Result<Mapping> {
+    /// Like [`Mapping::reserve`], but shared with the children this process
+    /// forks: what either side writes, the other reads.
+    pub fn shared(len: usize, what: &'static str) -> Result<Mapping> {
+        Self::map_with(len, libc::MAP_SHARED | libc::MAP_ANONYMOUS, what)
+    }
+
+    fn map(len: usize, what: &'static str) -> Result<Mapping> {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        Self::map_with(len, flags, what)
+    }
+
+    fn map_with(len: usize, flags: i32, what: &'static str) -> Result<Mapping> {
         // SAFETY: an anonymous mapping at a kernel-chosen address has no
         // preconditions; the result is checked below.
-        let p = unsafe {
-            raw::mmap(
-                0,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | extra_flags,
-                -1,
-                0,
-            )
-        }
-        .map_err(|source| Error::Os { what, source })?;
+        let p = unsafe { raw::mmap(0, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
+            .map_err(|source| Error::Os { what, source })?;
         Ok(Mapping {
             // SAFETY: mmap succeeded, so `p` is non-null.
             ptr: unsafe { NonNull::new_unchecked(p as *mut u8) },
