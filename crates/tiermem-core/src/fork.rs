@@ -50,11 +50,12 @@ static WRAPPER: OnceLock<fn(&mut dyn FnMut())> = OnceLock::new();
 static INSTALLED: Once = Once::new();
 
 /// State only the forking thread touches, between the prepare handler and
-/// the parent's or child's: glibc runs fork handlers under its own lock,
-/// one fork at a time, and tiermem's own fork wrappers call them the same
-/// way.
+/// the parent's or child's. Forks are serialised by `LIVE`'s lock, which
+/// `prepare_all` takes and `parent_all`/`child_all` release (glibc drops
+/// its own atfork lock around each handler call).
 pub(crate) struct ForkCell<T>(UnsafeCell<T>);
-// SAFETY: see above; accesses are serialised by glibc's atfork lock.
+// SAFETY: see above; every access happens under `LIVE`'s lock, on the
+// thread that holds it.
 unsafe impl<T> Sync for ForkCell<T> {}
 // SAFETY: the contents (lock guards among them) are put and taken by the
 // forking thread alone, so a guard is released by the thread that took
@@ -83,16 +84,19 @@ impl<T: Default> ForkCell<T> {
 /// What `prepare` holds for one runtime until the fork is over.
 #[derive(Default)]
 pub(crate) struct InFlight {
-    /// The range allocators' locks, so that the child's copies are whole.
-    /// `'static` because the runtime outlives them: it stays in `LIVE`,
-    /// whose lock is held for as long.
-    locks: Option<(
-        MutexGuard<'static, RangeAllocator>,
-        MutexGuard<'static, RangeAllocator>,
-    )>,
+    locks: Option<ForkLocks>,
     lease: Option<(OwnedFd, OwnedFd)>,
     /// The slots the child may read of ours, shared with it.
     held: Option<Arc<HeldSlots>>,
+}
+
+/// The locks program threads may hold, taken so that the child's copies
+/// are whole and unlocked. `'static` because the runtime outlives them: it
+/// stays in `LIVE`, whose lock is held for as long.
+struct ForkLocks {
+    _ranges: MutexGuard<'static, RangeAllocator>,
+    _lazy: MutexGuard<'static, RangeAllocator>,
+    _locked: MutexGuard<'static, Vec<std::ops::Range<crate::page_table::PageNo>>>,
 }
 
 /// Serves `shared` in forked children from now on (the handlers are
@@ -192,19 +196,25 @@ impl Shared {
     fn prepare_fork(&self) {
         let ranges = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
         let lazy = self.lazy.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: the guards are dropped in `after_fork_parent` or
-        // `after_fork_child`, while `LIVE`'s lock keeps this runtime alive.
+        let locked = self.locked_ranges_guard();
+        // SAFETY: only lifetimes change. The guards are dropped in
+        // `after_fork_parent` or `after_fork_child`, while `LIVE`'s lock
+        // (held from `prepare_all` until then) keeps this runtime alive.
         let locks = unsafe {
-            (
-                std::mem::transmute::<
+            ForkLocks {
+                _ranges: std::mem::transmute::<
                     MutexGuard<'_, RangeAllocator>,
                     MutexGuard<'static, RangeAllocator>,
                 >(ranges),
-                std::mem::transmute::<
+                _lazy: std::mem::transmute::<
                     MutexGuard<'_, RangeAllocator>,
                     MutexGuard<'static, RangeAllocator>,
                 >(lazy),
-            )
+                _locked: std::mem::transmute::<
+                    MutexGuard<'_, Vec<std::ops::Range<crate::page_table::PageNo>>>,
+                    MutexGuard<'static, Vec<std::ops::Range<crate::page_table::PageNo>>>,
+                >(locked),
+            }
         };
         let lease = lease_pipe();
         if lease.is_none() {
@@ -231,6 +241,7 @@ impl Shared {
     fn after_fork_parent(&self) {
         // SAFETY: only the forking thread, inside the handlers.
         let in_flight = unsafe { self.fork_in_flight.take() };
+        self.slots().fork_done();
         if let Some((read, _write)) = in_flight.lease {
             self.slots().lease_child(read);
         }
@@ -293,10 +304,10 @@ impl Shared {
             held,
             first: rt.slots().base(),
         });
+        let allocator = SlotAllocator::with_base(boundary, capacity, parent)?;
         rt.store_cell()
             .replace_in_child(|inherited| Box::new(ForkedStore::new(inherited, own)));
-        rt.slots_cell()
-            .replace_in_child(|_| Box::new(SlotAllocator::with_base(boundary, capacity, parent)));
+        rt.slots_cell().replace_in_child(|_| Box::new(allocator));
         Ok(())
     }
 }

@@ -143,6 +143,15 @@ impl Shared {
             .clear();
     }
 
+    /// The list of locked ranges, for the fork handlers to hold across a
+    /// fork: program threads take it in `mlock`, which the fork does not
+    /// pause, and a child must not inherit it locked.
+    pub(crate) fn locked_ranges_guard(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Vec<std::ops::Range<PageNo>>> {
+        self.locked_ranges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn store_cell(&self) -> &Replaceable<dyn Store> {
         &self.store
     }
@@ -398,7 +407,7 @@ impl Runtime {
             } else {
                 PageTable::new(arena_pages)?
             },
-            slots: Replaceable::new(Box::new(SlotAllocator::new(capacity))),
+            slots: Replaceable::new(Box::new(SlotAllocator::new(capacity)?)),
             policy: new_policy(config.policy),
             budget: Budget::new(budget_pages),
             sets: config

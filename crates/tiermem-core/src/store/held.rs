@@ -28,15 +28,35 @@ pub struct HeldSlots {
 impl HeldSlots {
     /// A bitmap shared with the child about to be forked, holding the
     /// slots (relative to the allocator's base) whose bits `referenced`
-    /// gives, word by word.
-    pub fn snapshot(slots: u64, referenced: impl Fn(usize) -> u64) -> Result<HeldSlots> {
+    /// gives, word by word, for the first `used_words` words; the rest
+    /// start empty. Only words with a bit set are touched: the mapping
+    /// starts zeroed, and takes memory only where it is written.
+    pub fn snapshot(
+        slots: u64,
+        used_words: usize,
+        referenced: impl Fn(usize) -> u64,
+    ) -> Result<HeldSlots> {
         let words = slots.div_ceil(64) as usize;
         let map = Mapping::shared(words.max(1) * 8, "mapping the slots a forked child holds")?;
         let held = HeldSlots { words: map, slots };
-        for i in 0..words {
-            held.word(i).store(referenced(i), Ordering::Relaxed);
+        for i in 0..used_words.min(words) {
+            let bits = referenced(i);
+            if bits != 0 {
+                held.word(i).store(bits, Ordering::Relaxed);
+            }
         }
         Ok(held)
+    }
+
+    /// In the parent, during the fork: `slot` (relative) was taken after
+    /// the snapshot, by a fault served while the fork waits, and the child
+    /// will name it too.
+    pub fn hold(&self, slot: u64) {
+        if slot < self.slots {
+            let bit = 1u64 << (slot % 64);
+            self.word((slot / 64) as usize)
+                .fetch_or(bit, Ordering::Release);
+        }
     }
 
     pub fn word_count(&self) -> usize {
@@ -62,8 +82,9 @@ impl HeldSlots {
         }
     }
 
-    pub fn bytes(&self) -> u64 {
-        self.words.len() as u64
+    /// Bytes it may take: the words up to `used_words`.
+    pub fn bytes(&self, used_words: usize) -> u64 {
+        used_words.min(self.word_count()) as u64 * 8
     }
 }
 
@@ -73,7 +94,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_holds_what_it_was_given_until_released() {
-        let held = HeldSlots::snapshot(130, |i| [0b1010, 0, 1 << 1][i]).unwrap();
+        let held = HeldSlots::snapshot(130, 3, |i| [0b1010, 0, 1 << 1][i]).unwrap();
         assert_eq!(held.word_count(), 3);
         assert_eq!(held.word(0).load(Ordering::Relaxed), 0b1010);
         held.release(3);
@@ -85,7 +106,7 @@ mod tests {
 
     #[test]
     fn a_forked_child_releases_into_the_parents_bitmap() {
-        let held = HeldSlots::snapshot(64, |_| u64::MAX).unwrap();
+        let held = HeldSlots::snapshot(64, 1, |_| u64::MAX).unwrap();
         // SAFETY: the child only touches the shared bitmap, then _exits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");

@@ -6,13 +6,14 @@
 //! lands in adjacent slots and becomes a few large writes.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::held::HeldSlots;
 use crate::error::{Error, Result};
 use crate::store::Store;
+use crate::sys::mem::Mapping;
 
 /// Slot numbers below `base` belong to the ancestors (a forked child reads
 /// them but never reuses them); this allocator hands out
@@ -22,14 +23,22 @@ use crate::store::Store;
 /// (see [`HeldSlots`]) is parked instead of reused.
 pub struct SlotAllocator {
     base: u64,
-    bits: Vec<AtomicU64>,
+    bits: Words,
+    /// One past the highest slot ever handed out, relative: the bitmaps
+    /// are sized by the store's capacity, but only this much is ever
+    /// visited (a growing file's capacity is the filesystem's free space).
+    high_water: AtomicU64,
     /// Slots freed here that a live child held at the time: still in use
     /// in `bits`, reused once no child holds them.
-    parked: Vec<AtomicU64>,
+    parked: Words,
     parked_count: AtomicU64,
     /// The union of the live children's bitmaps, as of the last review;
     /// read lock-free by `free` on the fault path.
-    held_by_children: Vec<AtomicU64>,
+    held_by_children: Words,
+    /// Between a fork's snapshot and the fork itself: the new child's
+    /// bitmap, which slots taken meanwhile join (see `alloc`).
+    forking: AtomicBool,
+    pending: Mutex<Option<Arc<HeldSlots>>>,
     /// Children whose bitmap could not be made: they hold every slot.
     children_holding_all: AtomicUsize,
     child_count: AtomicUsize,
@@ -68,22 +77,50 @@ struct Child {
 /// children release slots on their own, with no message to the parent.
 const REVIEW_EVERY: Duration = Duration::from_millis(100);
 
+/// A zeroed array of atomic words that takes memory only where it is
+/// written (a private `MAP_NORESERVE` mapping).
+struct Words {
+    map: Mapping,
+    len: usize,
+}
+
+impl Words {
+    fn new(len: usize, what: &'static str) -> Result<Words> {
+        let map = Mapping::reserve(len.max(1) * 8, what)?;
+        Ok(Words { map, len })
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.len, "slot word {i} out of range");
+        // SAFETY: the mapping holds `len` zero-initialised, page-aligned
+        // words, `i` is in range, and every access is atomic.
+        unsafe { &*(self.map.as_ptr() as *const AtomicU64).add(i) }
+    }
+}
+
 impl SlotAllocator {
-    pub fn new(capacity: u64) -> SlotAllocator {
+    pub fn new(capacity: u64) -> Result<SlotAllocator> {
         Self::with_base(0, capacity, None)
     }
 
     /// An allocator for the slots `base..base+capacity` (a forked child's),
     /// releasing what it stops using of its parent's slots into `parent`.
-    pub fn with_base(base: u64, capacity: u64, parent: Option<ParentHold>) -> SlotAllocator {
+    pub fn with_base(
+        base: u64,
+        capacity: u64,
+        parent: Option<ParentHold>,
+    ) -> Result<SlotAllocator> {
         let words = capacity.div_ceil(64) as usize;
-        let zeroed = || (0..words).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
-        SlotAllocator {
+        Ok(SlotAllocator {
             base,
-            bits: zeroed(),
-            parked: zeroed(),
+            bits: Words::new(words, "reserving the slot bitmap")?,
+            high_water: AtomicU64::new(0),
+            parked: Words::new(words, "reserving the parked-slot bitmap")?,
             parked_count: AtomicU64::new(0),
-            held_by_children: zeroed(),
+            held_by_children: Words::new(words, "reserving the held-slot bitmap")?,
+            forking: AtomicBool::new(false),
+            pending: Mutex::new(None),
             children_holding_all: AtomicUsize::new(0),
             child_count: AtomicUsize::new(0),
             children: Mutex::new(Children::default()),
@@ -92,7 +129,7 @@ impl SlotAllocator {
             committed: AtomicU64::new(0),
             in_use: AtomicU64::new(0),
             cursor: Mutex::new(0),
-        }
+        })
     }
 
     pub fn base(&self) -> u64 {
@@ -165,7 +202,7 @@ impl SlotAllocator {
             if slot >= limit {
                 slot = 0;
             }
-            let word = &self.bits[(slot / 64) as usize];
+            let word = self.bits.get((slot / 64) as usize);
             let bit = 1u64 << (slot % 64);
             if word.load(Ordering::Relaxed) & bit == 0
                 && word.fetch_or(bit, Ordering::AcqRel) & bit == 0
@@ -178,6 +215,12 @@ impl SlotAllocator {
         *cursor = slot;
         // After a wrap the run restarts at 0; sorted slots still merge.
         out.sort_unstable();
+        if let Some(&last) = out.last() {
+            self.high_water.fetch_max(last + 1, Ordering::AcqRel);
+        }
+        if self.forking.load(Ordering::SeqCst) {
+            self.hold_for_pending_child(out);
+        }
         for s in out.iter_mut() {
             *s += self.base;
         }
@@ -191,8 +234,11 @@ impl SlotAllocator {
         };
         if self.held_by_a_child(own) {
             let bit = 1u64 << (own % 64);
-            self.parked[(own / 64) as usize].fetch_or(bit, Ordering::AcqRel);
+            // Counted first: the reviewer counts down only bits it saw.
             self.parked_count.fetch_add(1, Ordering::Relaxed);
+            self.parked
+                .get((own / 64) as usize)
+                .fetch_or(bit, Ordering::AcqRel);
             return;
         }
         self.release(slot);
@@ -205,12 +251,17 @@ impl SlotAllocator {
         if self.children_holding_all.load(Ordering::SeqCst) > 0 {
             return true;
         }
-        let word = self.held_by_children[(own / 64) as usize].load(Ordering::Acquire);
+        let word = self
+            .held_by_children
+            .get((own / 64) as usize)
+            .load(Ordering::Acquire);
         word & (1u64 << (own % 64)) != 0
     }
 
     /// One of the parent's slots is no longer ours to read. A child that
-    /// has forked children of its own keeps holding it: they may read it.
+    /// has forked children of its own keeps holding it: they may read it
+    /// (and it stays held until this child ends: bounded by the parent's
+    /// store at our fork).
     fn release_parents(&self, slot: u64) {
         let Some(parent) = &self.parent else { return };
         if self.has_children() {
@@ -223,7 +274,7 @@ impl SlotAllocator {
 
     fn release(&self, slot: u64) {
         let slot = slot - self.base;
-        let word = &self.bits[(slot / 64) as usize];
+        let word = self.bits.get((slot / 64) as usize);
         let bit = 1u64 << (slot % 64);
         let prev = word.fetch_and(!bit, Ordering::AcqRel);
         debug_assert!(prev & bit != 0, "double free of slot {slot}");
@@ -234,13 +285,16 @@ impl SlotAllocator {
 
     /// Before a fork: a bitmap, shared with the child, of the slots our
     /// pages refer to now (in use and not parked). Until the child's lease
-    /// ends, a slot it holds is parked when freed here. Call with every
-    /// thread that frees or allocates slots paused.
+    /// ends, a slot it holds is parked when freed here. Call with the
+    /// evictor and fault handlers paused; slots taken before the fork
+    /// happens (by faults the fork window serves, or under signal
+    /// delivery) join the bitmap as they are taken, until `fork_done`.
     pub fn hold_for_child(&self) -> Option<Arc<HeldSlots>> {
         let referenced = |i: usize| {
-            self.bits[i].load(Ordering::Acquire) & !self.parked[i].load(Ordering::Acquire)
+            self.bits.get(i).load(Ordering::Acquire) & !self.parked.get(i).load(Ordering::Acquire)
         };
-        let held = match HeldSlots::snapshot(self.capacity, referenced) {
+        let used = self.used_words();
+        let held = match HeldSlots::snapshot(self.capacity, used, referenced) {
             Ok(held) => Some(Arc::new(held)),
             Err(e) => {
                 eprintln!(
@@ -251,9 +305,16 @@ impl SlotAllocator {
             }
         };
         if let Some(h) = &held {
-            for (i, word) in self.held_by_children.iter().enumerate() {
-                word.fetch_or(h.word(i).load(Ordering::Relaxed), Ordering::AcqRel);
+            for i in 0..used {
+                let bits = h.word(i).load(Ordering::Relaxed);
+                if bits != 0 {
+                    self.held_by_children
+                        .get(i)
+                        .fetch_or(bits, Ordering::AcqRel);
+                }
             }
+            *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(h));
+            self.forking.store(true, Ordering::SeqCst);
         }
         let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
         children.list.push(Child {
@@ -262,6 +323,31 @@ impl SlotAllocator {
         });
         self.child_count.fetch_add(1, Ordering::SeqCst);
         held
+    }
+
+    /// Slots taken while a fork is pending (relative to our base): the
+    /// child will name them too.
+    fn hold_for_pending_child(&self, taken: &[u64]) {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(held) = pending.as_ref() else { return };
+        for &own in taken {
+            held.hold(own);
+            self.held_by_children
+                .get((own / 64) as usize)
+                .fetch_or(1u64 << (own % 64), Ordering::AcqRel);
+        }
+    }
+
+    /// After the fork (made or failed), in the parent: slots taken from
+    /// now on are ours alone.
+    pub fn fork_done(&self) {
+        self.forking.store(false, Ordering::SeqCst);
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Words of the bitmaps in use: up to the highest slot ever taken.
+    fn used_words(&self) -> usize {
+        self.high_water.load(Ordering::Acquire).div_ceil(64) as usize
     }
 
     /// After the fork, in the parent: the read end of the newest child's
@@ -296,7 +382,8 @@ impl SlotAllocator {
             .store(holding_all, Ordering::SeqCst);
         self.child_count
             .store(children.list.len(), Ordering::SeqCst);
-        for (i, word) in self.held_by_children.iter().enumerate() {
+        for i in 0..self.used_words() {
+            let word = self.held_by_children.get(i);
             let held = children
                 .list
                 .iter()
@@ -317,9 +404,10 @@ impl SlotAllocator {
         if self.parked_count.load(Ordering::Relaxed) == 0 {
             return;
         }
-        for (i, parked) in self.parked.iter().enumerate() {
-            let free =
-                parked.load(Ordering::Acquire) & !self.held_by_children[i].load(Ordering::Acquire);
+        for i in 0..self.used_words() {
+            let parked = self.parked.get(i);
+            let free = parked.load(Ordering::Acquire)
+                & !self.held_by_children.get(i).load(Ordering::Acquire);
             if free == 0 {
                 continue;
             }
@@ -352,14 +440,16 @@ impl SlotAllocator {
         self.capacity
     }
     pub fn metadata_bytes(&self) -> u64 {
+        let used = self.used_words();
         let children = self.children.lock().unwrap_or_else(|p| p.into_inner());
         let held: u64 = children
             .list
             .iter()
             .filter_map(|c| c.held.as_ref())
-            .map(|h| h.bytes())
+            .map(|h| h.bytes(used))
             .sum();
-        self.bits.len() as u64 * 8 * 3 + held
+        let bitmaps = if children.list.is_empty() { 1 } else { 3 };
+        used as u64 * 8 * bitmaps + held
     }
 }
 
@@ -379,7 +469,7 @@ mod tests {
 
     #[test]
     fn allocates_ascending_runs_and_reuses_freed_slots() {
-        let a = SlotAllocator::new(256);
+        let a = SlotAllocator::new(256).unwrap();
         let mut out = Vec::new();
         a.alloc(10, 256, &mut out);
         assert_eq!(out, (0..10).collect::<Vec<_>>());
@@ -424,14 +514,26 @@ mod tests {
 
     #[test]
     fn a_child_holds_only_the_slots_in_use_at_its_fork() {
-        let a = SlotAllocator::with_base(1000, 64, None);
+        let a = SlotAllocator::with_base(1000, 64, None).unwrap();
         let mut out = Vec::new();
         a.alloc(4, 64, &mut out);
         assert_eq!(out, vec![1000, 1001, 1002, 1003]);
         a.free(7); // an ancestor's slot: ignored
         let held = a.hold_for_child().expect("a bitmap");
+        a.alloc(1, 64, &mut out);
+        assert_eq!(out, vec![1004]);
+        a.fork_done();
         let (read, write) = lease();
         a.lease_child(read);
+        a.free(1004);
+        assert_eq!(
+            a.parked(),
+            1,
+            "a slot taken before the fork happened is held"
+        );
+        held.release(4);
+        review(&a);
+        assert_eq!(a.parked(), 0);
         a.free(1001);
         assert_eq!(a.parked(), 1, "a slot the child holds is parked");
         a.alloc(60, 64, &mut out);
@@ -459,13 +561,15 @@ mod tests {
 
     #[test]
     fn a_slot_is_reused_only_when_no_child_holds_it() {
-        let a = SlotAllocator::new(128);
+        let a = SlotAllocator::new(128).unwrap();
         let mut out = Vec::new();
         a.alloc(2, 128, &mut out);
         let first = a.hold_for_child().expect("a bitmap");
+        a.fork_done();
         let (r1, _w1) = lease();
         a.lease_child(r1);
         let second = a.hold_for_child().expect("a bitmap");
+        a.fork_done();
         let (r2, _w2) = lease();
         a.lease_child(r2);
         a.free(0);
@@ -480,7 +584,7 @@ mod tests {
 
     #[test]
     fn a_child_releases_its_parents_slots_unless_it_has_children() {
-        let parent = SlotAllocator::new(64);
+        let parent = SlotAllocator::new(64).unwrap();
         let mut out = Vec::new();
         parent.alloc(3, 64, &mut out);
         let held = parent.hold_for_child().expect("a bitmap");
@@ -491,7 +595,8 @@ mod tests {
                 held: Arc::clone(&held),
                 first: 0,
             }),
-        );
+        )
+        .unwrap();
         child.free(1);
         assert_eq!(held.word(0).load(Ordering::Relaxed), 0b101);
         let _grandchild = child.hold_for_child();
@@ -505,7 +610,7 @@ mod tests {
 
     #[test]
     fn never_hands_out_slots_beyond_the_backed_size() {
-        let a = SlotAllocator::new(1024);
+        let a = SlotAllocator::new(1024).unwrap();
         let mut out = Vec::new();
         a.alloc(100, 16, &mut out);
         assert_eq!(out.len(), 16);
