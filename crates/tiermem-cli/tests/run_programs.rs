@@ -436,6 +436,48 @@ fn c_fork_children_see_evicted_pages_encrypted() {
     assert!(stats.is_empty() || stats.contains("encrypted"), "{stats}");
 }
 
+/// Mappings `tiermem run` does not tier are said on stderr when they are at
+/// least as large as the budget, with their size and why: shared anonymous
+/// memory, a memfd mapped shared, and a PROT_NONE reservation with memory
+/// mapped into it at a fixed address (QEMU's ways of mapping guest RAM).
+/// Plain private memory of the same size is tiered and not reported.
+#[test]
+fn untiered_mappings_over_the_budget_are_reported() {
+    let stderr = c_program_with("preload_untiered", "16M", &[], &|_| vec!["32".into()]);
+    if stderr.is_empty() {
+        return; // no C compiler: compile_c said so
+    }
+    let reported = |what: &str| {
+        stderr
+            .lines()
+            .filter(|l| {
+                l.contains("mapped 32.0 MiB that tiermem does not tier") && l.contains(what)
+            })
+            .count()
+    };
+    assert_eq!(
+        reported("shared anonymous memory (MAP_SHARED)"),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(reported("shared memory (a memfd"), 1, "{stderr}");
+    assert_eq!(reported("a PROT_NONE reservation"), 1, "{stderr}");
+    assert_eq!(
+        reported("fixed address outside tiermem's arena"),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("outside the 16.0 MiB DRAM budget"),
+        "{stderr}"
+    );
+    let all = stderr.matches("that tiermem does not tier").count();
+    assert_eq!(
+        all, 4,
+        "the plain mapping is tiered, not reported:\n{stderr}"
+    );
+}
+
 /// mremap (grow, shrink, regrow, move), MADV_DONTNEED, MADV_FREE, munmap of
 /// a middle part and mprotect on a tiered mapping.
 #[test]

@@ -90,7 +90,7 @@ fn write_all(fd: i32, mut bytes: &[u8]) {
     }
 }
 
-fn mib(bytes: u64) -> String {
+pub(super) fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 

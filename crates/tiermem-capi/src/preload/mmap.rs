@@ -9,8 +9,9 @@ use std::io;
 
 use tiermem_core::sys::raw;
 
+use super::exit_stats::mib;
 use super::guard::{inside, Guard};
-use super::{active, mmap_threshold, runtime, set_errno};
+use super::{active, mmap_threshold, program_name, runtime, set_errno};
 
 const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
 const BASE_PAGE: usize = 4096;
@@ -72,9 +73,78 @@ pub unsafe extern "C" fn mmap(
         return map_fixed_in_arena(addr as usize, len, prot, flags);
     }
     match raw::mmap(addr as usize, len, prot, flags, fd, offset) {
-        Ok(p) => p as *mut c_void,
+        Ok(p) => {
+            report_if_over_budget(len, prot, flags, fd);
+            p as *mut c_void
+        }
         Err(e) => fail(e, MAP_FAILED),
     }
+}
+
+/// A mapping of the program's that stays untiered is memory the DRAM
+/// budget does not cover. One at least as large as the budget is said on
+/// stderr, with its size and why, so that a program never exceeds its
+/// budget in silence (a VM's guest memory in shared memory, say).
+fn report_if_over_budget(len: usize, prot: c_int, flags: c_int, fd: c_int) {
+    if !active() || inside() {
+        return;
+    }
+    let budget = runtime().dram_budget();
+    if (len as u64) < budget {
+        return;
+    }
+    let _inside = Guard::enter();
+    let Some(reason) = untiered_reason(prot, flags, fd) else {
+        return;
+    };
+    eprintln!(
+        "tiermem: {} (pid {}) mapped {} that tiermem does not tier: {reason}; it is outside the {} DRAM budget",
+        program_name(),
+        std::process::id(),
+        mib(len as u64),
+        mib(budget),
+    );
+}
+
+/// Why an untiered mapping is not tiered, for memory the budget is meant
+/// to cover: anonymous memory, and shared memory (memfd, /dev/shm). Other
+/// file mappings are page cache, which the kernel writes back and drops on
+/// its own, and are not reported.
+fn untiered_reason(prot: c_int, flags: c_int, fd: c_int) -> Option<&'static str> {
+    let shared = flags & MAP_TYPE != libc::MAP_PRIVATE;
+    if flags & libc::MAP_ANONYMOUS == 0 {
+        return (shared && is_shared_memory(fd))
+            .then_some("shared memory (a memfd or /dev/shm file mapped MAP_SHARED) cannot be tiered by tiermem run");
+    }
+    Some(if shared {
+        "shared anonymous memory (MAP_SHARED) cannot be tiered by tiermem run"
+    } else if flags & libc::MAP_HUGETLB != 0 {
+        "huge pages (MAP_HUGETLB) are not tiered"
+    } else if flags & libc::MAP_LOCKED != 0 {
+        "locked memory (MAP_LOCKED) stays in DRAM"
+    } else if flags & (libc::MAP_STACK | libc::MAP_GROWSDOWN) != 0 {
+        "stacks are not tiered"
+    } else if flags & libc::MAP_32BIT != 0 {
+        "MAP_32BIT memory is not tiered"
+    } else if prot == libc::PROT_NONE {
+        "a PROT_NONE reservation is not tiered, nor is memory mapped into it later at fixed addresses"
+    } else if flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0 {
+        "memory at a fixed address outside tiermem's arena cannot be tiered"
+    } else if prot != libc::PROT_READ | libc::PROT_WRITE {
+        "only plain read-write memory is tiered"
+    } else {
+        "tiermem's address space for tiered mappings is used up"
+    })
+}
+
+/// Whether `fd` is on tmpfs (a memfd, a /dev/shm file): memory, not a file
+/// the kernel can write back.
+fn is_shared_memory(fd: c_int) -> bool {
+    // SAFETY: fstatfs writes into a statfs it owns; a bad fd gives -1.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid statfs to write.
+    let ok = unsafe { libc::fstatfs(fd, &mut st) } == 0;
+    ok && st.f_type == libc::TMPFS_MAGIC
 }
 
 /// # Safety
