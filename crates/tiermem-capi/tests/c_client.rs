@@ -46,25 +46,7 @@ fn c_client_forks_with_evicted_pages() {
     let (exe, lib, out_dir) = compile("api_fork");
     // glibc's fork(), then the two that run no atfork handlers.
     for how in ["fork", "_Fork", "sys_fork"] {
-        let out = Command::new("timeout")
-            .args(["-k", "5", "120"])
-            .arg(&exe)
-            .args(["/var/tmp", how])
-            .env("LD_LIBRARY_PATH", &lib)
-            .output()
-            .expect("running api_fork under timeout(1)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_ne!(
-            out.status.code(),
-            Some(124),
-            "api_fork {how} hung: {stdout}{stderr}"
-        );
-        assert!(
-            out.status.success() && stdout.contains("api_fork: ok"),
-            "api_fork {how} failed ({}): {stdout}{stderr}",
-            out.status
-        );
+        run_timed(&exe, &lib, &["/var/tmp", how], &[], "api_fork: ok");
     }
     let _ = std::fs::remove_dir_all(out_dir);
 }
@@ -77,22 +59,34 @@ fn c_client_forks_with_evicted_pages() {
 #[test]
 fn a_long_lived_child_does_not_grow_the_parents_store() {
     let (exe, lib, out_dir) = compile("api_fork_store");
+    run_timed(&exe, &lib, &["/var/tmp"], &[], "api_fork_store: ok");
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
+/// Runs a C client under timeout(1) (two minutes, then killed: a hang
+/// fails); it must exit 0 and print `ok`. Returns its stdout.
+fn run_timed(exe: &Path, lib: &Path, args: &[&str], env: &[(&str, &str)], ok: &str) -> String {
     let out = Command::new("timeout")
         .args(["-k", "5", "120"])
-        .arg(&exe)
-        .arg("/var/tmp")
-        .env("LD_LIBRARY_PATH", &lib)
+        .arg(exe)
+        .args(args)
+        .env("LD_LIBRARY_PATH", lib)
+        .envs(env.iter().copied())
         .output()
-        .expect("running api_fork_store under timeout(1)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .expect("running a C client under timeout(1)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(124), "hung: {stdout}{stderr}");
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "{args:?} hung: {stdout}{stderr}"
+    );
     assert!(
-        out.status.success() && stdout.contains("api_fork_store: ok"),
-        "failed ({}): {stdout}{stderr}",
+        out.status.success() && stdout.contains(ok),
+        "{args:?} failed ({}): {stdout}{stderr}",
         out.status
     );
-    let _ = std::fs::remove_dir_all(out_dir);
+    stdout
 }
 
 fn run_client(exe: &Path, lib: &Path, args: &[&str], ok: &str) {
@@ -119,24 +113,13 @@ fn run_client(exe: &Path, lib: &Path, args: &[&str], ok: &str) {
 #[test]
 fn soak_with_forks_budget_changes_and_faults() {
     let (exe, lib, out_dir) = compile("soak");
-    let out = Command::new("timeout")
-        .args(["-k", "5", "120"])
-        .arg(&exe)
-        .args(["20", "/var/tmp"])
-        .env("LD_LIBRARY_PATH", &lib)
-        .env(
-            "TIERMEM_INJECT_FAULTS",
-            "read:500,read:9000,read:40000,write:30,write:900,write:6000",
-        )
-        .output()
-        .expect("running soak under timeout(1)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(124), "soak hung: {stdout}{stderr}");
-    assert!(
-        out.status.success() && stdout.contains("soak: ok"),
-        "soak failed ({}): {stdout}{stderr}",
-        out.status
+    let faults = "read:500,read:9000,read:40000,write:30,write:900,write:6000";
+    let stdout = run_timed(
+        &exe,
+        &lib,
+        &["20", "/var/tmp"],
+        &[("TIERMEM_INJECT_FAULTS", faults)],
+        "soak: ok",
     );
     assert!(stdout.contains(", 0 pages lost"), "{stdout}");
     let _ = std::fs::remove_dir_all(out_dir);

@@ -478,6 +478,14 @@ fn untiered_mappings_over_the_budget_are_reported() {
     );
 }
 
+/// Memory whose protection the program changed (a guard page) and then
+/// unmapped comes back read-write when the arena hands it out again (it
+/// kept the old protection, and the next mapping's first write crashed).
+#[test]
+fn unmapped_memory_does_not_keep_its_protection() {
+    c_program("preload_protect", "1M", &|_| Vec::new());
+}
+
 /// mremap (grow, shrink, regrow, move), MADV_DONTNEED, MADV_FREE, munmap of
 /// a middle part and mprotect on a tiered mapping.
 #[test]

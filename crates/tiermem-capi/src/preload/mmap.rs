@@ -201,14 +201,30 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
         return -1;
     }
     let _inside = Guard::enter();
-    let rt = runtime();
     for (from, to) in outside_arena(a, len) {
         if let Err(e) = raw::munmap(from, to - from) {
             return fail(e, -1);
         }
     }
-    rt.unmap(a, len);
-    0
+    match release_to_arena(a, len) {
+        Ok(()) => 0,
+        Err(e) => fail(e, -1),
+    }
+}
+
+/// Gives the arena part of `[addr, addr+len)` back to the runtime, read-
+/// write again first: the next mapping there expects it so, and a
+/// protection the program set (a guard page, a reservation) must not
+/// outlive its mapping.
+unsafe fn release_to_arena(addr: usize, len: usize) -> io::Result<()> {
+    let rt = runtime();
+    let (start, end) = rt.arena_bounds();
+    let (from, to) = (addr.max(start), (addr + len).min(end));
+    if to > from {
+        raw::mprotect(from, to - from, libc::PROT_READ | libc::PROT_WRITE)?;
+    }
+    rt.unmap(addr, len);
+    Ok(())
 }
 
 /// The parts of `[addr, addr+len)` that lie outside the arena.
@@ -266,7 +282,21 @@ pub unsafe extern "C" fn mremap(
         return remap_to_fixed(o, old_len, new_len, target);
     }
     match rt.remap(o, old_len, new_len, flags & libc::MREMAP_MAYMOVE != 0) {
-        Ok(p) => p as *mut c_void,
+        Ok(p) => {
+            // What went back to the arena is read-write again, as in munmap.
+            let freed = match p == o {
+                true => (o + new_len.next_multiple_of(BASE_PAGE), o + old_len),
+                false => (o, o + old_len),
+            };
+            if freed.1 > freed.0 {
+                let _ = raw::mprotect(
+                    freed.0,
+                    freed.1 - freed.0,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                );
+            }
+            p as *mut c_void
+        }
         Err(_) => {
             set_errno(libc::ENOMEM);
             MAP_FAILED
@@ -296,7 +326,9 @@ unsafe fn remap_to_fixed(old: usize, old_len: usize, new_len: usize, target: usi
         return fail(e, MAP_FAILED);
     }
     std::ptr::copy_nonoverlapping(old as *const u8, target as *mut u8, old_len.min(new_len));
-    rt.unmap(old, old_len);
+    if let Err(e) = release_to_arena(old, old_len) {
+        return fail(e, MAP_FAILED);
+    }
     target as *mut c_void
 }
 

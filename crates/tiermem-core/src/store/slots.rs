@@ -506,6 +506,16 @@ mod tests {
         }
     }
 
+    /// A fork as the handlers make it: the hold, the fork, the lease.
+    /// Returns the child's bitmap and the lease's write end (the child).
+    fn fork_child(a: &SlotAllocator) -> (Arc<HeldSlots>, OwnedFd) {
+        let held = a.hold_for_child().expect("a bitmap");
+        a.fork_done();
+        let (read, write) = lease();
+        a.lease_child(read);
+        (held, write)
+    }
+
     /// Reviews, past the review interval.
     fn review(a: &SlotAllocator) {
         a.children.lock().unwrap().last_review = None;
@@ -564,14 +574,8 @@ mod tests {
         let a = SlotAllocator::new(128).unwrap();
         let mut out = Vec::new();
         a.alloc(2, 128, &mut out);
-        let first = a.hold_for_child().expect("a bitmap");
-        a.fork_done();
-        let (r1, _w1) = lease();
-        a.lease_child(r1);
-        let second = a.hold_for_child().expect("a bitmap");
-        a.fork_done();
-        let (r2, _w2) = lease();
-        a.lease_child(r2);
+        let (first, _w1) = fork_child(&a);
+        let (second, _w2) = fork_child(&a);
         a.free(0);
         first.release(0);
         review(&a);
