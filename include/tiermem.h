@@ -92,6 +92,13 @@ struct tm_stats {
     uint64_t io_errors;           /* failed or corrupt page reads, failed writes */
     uint64_t poisoned_pages;      /* lost to a read that failed twice: access gets SIGBUS */
     uint64_t parked_bytes;        /* store space freed but kept while forked children may read it */
+    uint64_t compressed_pages;    /* pages held compressed in DRAM now */
+    uint64_t pool_bytes;          /* DRAM the compressed pool holds (part of resident_bytes) */
+    uint64_t compressed_stores;   /* pages that entered the compressed tier */
+    uint64_t same_filled_pages;   /* of those, kept as one repeated word */
+    uint64_t compress_rejected;   /* saved less than a quarter: sent to the store */
+    uint64_t compressed_writebacks; /* compressed pages that left for the store */
+    uint64_t compressed_hits;     /* faults served by decompressing */
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

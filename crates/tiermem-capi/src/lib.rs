@@ -83,6 +83,20 @@ pub struct TmStats {
     pub poisoned_pages: u64,
     /// Store space freed but kept while forked children may read it.
     pub parked_bytes: u64,
+    /// Pages held compressed in DRAM now.
+    pub compressed_pages: u64,
+    /// DRAM the compressed pool holds (part of `resident_bytes`).
+    pub pool_bytes: u64,
+    /// Pages that entered the compressed tier.
+    pub compressed_stores: u64,
+    /// Of those, pages kept as one repeated word.
+    pub same_filled_pages: u64,
+    /// Pages that saved less than a quarter, sent to the store.
+    pub compress_rejected: u64,
+    /// Compressed pages that left for the store.
+    pub compressed_writebacks: u64,
+    /// Faults served by decompressing.
+    pub compressed_hits: u64,
 }
 
 thread_local! {
@@ -331,6 +345,13 @@ fn to_c(s: &Stats) -> TmStats {
         io_errors: s.read_errors + s.write_errors,
         poisoned_pages: s.poisoned_pages,
         parked_bytes: s.parked_bytes,
+        compressed_pages: s.compressed_pages,
+        pool_bytes: s.pool_bytes,
+        compressed_stores: s.compressed_stores,
+        same_filled_pages: s.same_filled_pages,
+        compress_rejected: s.compress_rejected,
+        compressed_writebacks: s.compressed_writebacks,
+        compressed_hits: s.compressed_hits,
     }
 }
 

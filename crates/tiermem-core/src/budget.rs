@@ -60,20 +60,26 @@ impl Budget {
 
     /// Charges one page if it fits under the limit.
     pub fn try_charge(&self) -> bool {
+        self.try_charge_pages(1)
+    }
+
+    /// Charges `pages` at once if they all fit under the limit (a segment
+    /// of the compressed pool).
+    pub fn try_charge_pages(&self, pages: u64) -> bool {
         let limit = self.limit();
         let mut cur = self.charged.load(Ordering::Acquire);
         loop {
-            if cur >= limit {
+            if cur + pages > limit {
                 return false;
             }
             match self.charged.compare_exchange_weak(
                 cur,
-                cur + 1,
+                cur + pages,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.peak.fetch_max(cur + 1, Ordering::Relaxed);
+                    self.peak.fetch_max(cur + pages, Ordering::Relaxed);
                     return true;
                 }
                 Err(actual) => cur = actual,

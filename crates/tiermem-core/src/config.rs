@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use crate::compress::CompressSettings;
 use crate::error::{Error, Result};
 use crate::error_policy::ErrorPolicy;
 use crate::io_config::IoSettings;
@@ -223,6 +224,8 @@ pub struct Config {
     pub watermark_scale_factor: Option<u32>,
     /// Checksums, the write deadline, and injected faults.
     pub errors: ErrorPolicy,
+    /// The compressed tier in front of the store.
+    pub compress: CompressSettings,
 }
 
 impl Default for Config {
@@ -239,6 +242,7 @@ impl Default for Config {
             organization: Organization::default(),
             watermark_scale_factor: None,
             errors: ErrorPolicy::default(),
+            compress: CompressSettings::default(),
         }
     }
 }
@@ -313,6 +317,7 @@ impl Config {
         b.io = Some(IoSettings::from_lookup(&lookup)?);
         b.organization = Some(Organization::from_lookup(&lookup)?);
         b.errors = Some(ErrorPolicy::from_lookup(&lookup)?);
+        b.compress = Some(CompressSettings::from_lookup(&lookup)?);
         b.build()
     }
 
@@ -332,6 +337,7 @@ impl Config {
         self.io.to_env(&mut env);
         self.organization.to_env(&mut env);
         self.errors.to_env(&mut env);
+        self.compress.to_env(&mut env);
         if let Some(f) = self.watermark_scale_factor {
             env.push((ENV_WATERMARK_SCALE, f.to_string()));
         }
@@ -373,6 +379,7 @@ pub struct ConfigBuilder {
     organization: Option<Organization>,
     watermark_scale_factor: Option<u32>,
     errors: Option<ErrorPolicy>,
+    compress: Option<CompressSettings>,
 }
 
 impl ConfigBuilder {
@@ -421,6 +428,11 @@ impl ConfigBuilder {
     /// Checksums, the write deadline, and injected faults.
     pub fn errors(mut self, errors: ErrorPolicy) -> Self {
         self.errors = Some(errors);
+        self
+    }
+    /// The compressed tier (on, with LZ4, unless set otherwise).
+    pub fn compress(mut self, compress: CompressSettings) -> Self {
+        self.compress = Some(compress);
         self
     }
     /// Applies a preset; knobs set after it override it.
@@ -528,6 +540,7 @@ impl ConfigBuilder {
             organization,
             watermark_scale_factor: self.watermark_scale_factor,
             errors: self.errors.unwrap_or_default(),
+            compress: self.compress.unwrap_or_default(),
         })
     }
 }

@@ -15,6 +15,7 @@
 
 mod budget;
 mod buffer;
+pub mod compress;
 pub mod config;
 pub mod cpuidle;
 pub mod cpus;
@@ -45,6 +46,7 @@ pub mod sys;
 mod transparent;
 
 pub use buffer::TieredBuf;
+pub use compress::{Codec, CompressSettings};
 pub use config::{
     parse_size, Config, ConfigBuilder, FaultDelivery, PolicyKind, SizeSpec, DEFAULT_BACKING_DIR,
 };

@@ -33,17 +33,21 @@ pub enum Kind {
     /// Not mapped, and its content is lost: its slot could not be read. The
     /// page table entry is a poison marker, so an access gets SIGBUS.
     Poisoned = 7,
+    /// Not mapped; the content is compressed in the runtime's DRAM pool
+    /// (`compress`), at the handle kept in the page's frame word. A clean
+    /// one still has its slot, which stays valid.
+    Compressed = 8,
 }
 
-const KIND_MASK: u64 = 0x7;
+const KIND_MASK: u64 = 0xf;
 /// The DRAM copy differs from the slot (or there is no slot).
-const DIRTY: u64 = 1 << 3;
+const DIRTY: u64 = 1 << 4;
 /// Referenced since the policy last looked.
-const REFERENCED: u64 = 1 << 4;
+const REFERENCED: u64 = 1 << 5;
 /// The page has an entry in the policy's queue.
-const QUEUED: u64 = 1 << 5;
+const QUEUED: u64 = 1 << 6;
 /// Read ahead, and not yet known to have been used.
-const PREFETCHED: u64 = 1 << 6;
+const PREFETCHED: u64 = 1 << 7;
 const SLOT_SHIFT: u32 = 16;
 
 /// A decoded copy of a page's state word.
@@ -68,7 +72,8 @@ impl PageState {
             4 => Kind::Loading,
             5 => Kind::Evicting,
             6 => Kind::Probation,
-            _ => Kind::Poisoned,
+            7 => Kind::Poisoned,
+            _ => Kind::Compressed,
         }
     }
     pub fn is_dirty(self) -> bool {
@@ -193,6 +198,11 @@ impl PageTable {
         })
     }
 
+    /// Pages the table covers.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
     #[inline]
     fn word(&self, page: PageNo) -> &AtomicU64 {
         assert!((page as u64) < self.pages);
@@ -274,6 +284,19 @@ impl PageTable {
 
     /// The frame of a page the caller observed in `Probation` and now owns.
     pub fn frame(&self, page: PageNo) -> u32 {
+        self.frame_word(page).load(Ordering::Relaxed)
+    }
+
+    /// Records where a page entering `Compressed` sits in the pool; the
+    /// frame word is free while a page is not in probation. Call before the
+    /// state becomes `Compressed`.
+    pub fn set_pool_handle(&self, page: PageNo, handle: u32) {
+        self.frame_word(page).store(handle, Ordering::Relaxed);
+    }
+
+    /// The pool handle of a page the caller observed in `Compressed` and
+    /// now owns.
+    pub fn pool_handle(&self, page: PageNo) -> u32 {
         self.frame_word(page).load(Ordering::Relaxed)
     }
 

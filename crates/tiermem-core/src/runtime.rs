@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::budget::Budget;
+use crate::compress::CompressedTier;
 use crate::config::{Config, FaultDelivery, MIN_BUDGET_PAGES};
 use crate::encryption::PageCipher;
 use crate::error::{Error, Result};
@@ -118,6 +119,10 @@ pub(crate) struct Shared {
     /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
     pub(crate) injector: Injector,
     pub(crate) store_errors: StoreErrors,
+    /// Evicted pages kept compressed in DRAM (`None`: `TIERMEM_COMPRESS=off`).
+    pub(crate) compressed: Option<CompressedTier>,
+    /// Faults served from the compressed tier: claim to install.
+    pub compressed_hit_latency: LatencyHistogram,
 }
 
 impl Shared {
@@ -454,6 +459,8 @@ impl Runtime {
             },
             injector: Injector::new(errors.inject),
             store_errors: StoreErrors::default(),
+            compressed: CompressedTier::new(config.compress, page_size)?,
+            compressed_hit_latency: LatencyHistogram::default(),
             store: Replaceable::new(Box::new(store)),
             uffd,
             arena,
@@ -574,6 +581,9 @@ impl Runtime {
                         }
                         if kind == Kind::Probation {
                             rt.frames.release(rt.table.frame(page));
+                        }
+                        if kind == Kind::Compressed {
+                            rt.release_compressed(page);
                         }
                         if let Some(slot) = s.slot() {
                             rt.slots().free(slot);
@@ -862,6 +872,13 @@ impl Runtime {
         s.direct_io = info.direct_io;
         s.encrypted = rt.cipher.is_some();
         s.locked_bytes = rt.locked_pages.load(Ordering::Relaxed) * page;
+        s.compression = rt.config.compress.codec.name();
+        if let Some(tier) = &rt.compressed {
+            s.compressed_pages = tier.pool.objects();
+            s.compressed_bytes = tier.pool.live_bytes();
+            s.pool_bytes = tier.pool.committed_bytes();
+        }
+        s.compressed_hit_latency = rt.compressed_hit_latency.summary();
         s
     }
 }

@@ -58,6 +58,18 @@ pub struct Counters {
     pub quarantined_slots: AtomicU64,
     /// Waits that lasted long enough to be reported on stderr.
     pub stalls: AtomicU64,
+    /// Pages that entered the compressed tier (same-filled ones included).
+    pub compressed_stores: AtomicU64,
+    /// Of those, pages kept as one repeated word.
+    pub same_filled_pages: AtomicU64,
+    /// Pages that saved less than a quarter, sent to the store instead.
+    pub compress_rejected: AtomicU64,
+    /// Compressed pages that left for the store (written, or dropped clean).
+    pub compressed_writebacks: AtomicU64,
+    /// Faults served by decompressing.
+    pub compressed_hits: AtomicU64,
+    /// Objects moved to close holes in the pool.
+    pub compaction_moves: AtomicU64,
 }
 
 pub struct LatencyHistogram {
@@ -246,6 +258,41 @@ pub struct Stats {
     pub direct_io: bool,
     /// Pages go to the store encrypted (AES-256-GCM, `TIERMEM_ENCRYPT`).
     pub encrypted: bool,
+    /// The compressed tier's codec ("off" or "lz4").
+    pub compression: &'static str,
+    /// Pages held compressed in DRAM now.
+    pub compressed_pages: u64,
+    /// Bytes their objects take (headers included).
+    pub compressed_bytes: u64,
+    /// DRAM the compressed pool holds (committed segments), part of
+    /// `resident_bytes`.
+    pub pool_bytes: u64,
+    /// Pages that entered the compressed tier, same-filled ones included.
+    pub compressed_stores: u64,
+    /// Of those, pages kept as one repeated word.
+    pub same_filled_pages: u64,
+    /// Pages that saved less than a quarter, sent to the store instead.
+    pub compress_rejected: u64,
+    /// Compressed pages that left for the store (written, or dropped clean).
+    pub compressed_writebacks: u64,
+    /// Faults served by decompressing.
+    pub compressed_hits: u64,
+    /// Objects moved to close holes in the pool.
+    pub compaction_moves: u64,
+    /// Faults served from the compressed tier, from reading the fault to
+    /// installing the page.
+    pub compressed_hit_latency: LatencySummary,
+}
+
+impl Stats {
+    /// Bytes of pages held compressed per byte of pool DRAM (0 when the
+    /// pool is empty): what zswap reports as its compression ratio.
+    pub fn compression_ratio(&self) -> f64 {
+        if self.pool_bytes == 0 {
+            return 0.0;
+        }
+        (self.compressed_pages * self.page_size) as f64 / self.pool_bytes as f64
+    }
 }
 
 impl Counters {
@@ -286,6 +333,12 @@ impl Counters {
         s.predicted_writes = self.predicted_writes.load(Relaxed);
         s.read_errors = self.read_errors.load(Relaxed);
         s.read_retries = self.read_retries.load(Relaxed);
+        s.compressed_stores = self.compressed_stores.load(Relaxed);
+        s.same_filled_pages = self.same_filled_pages.load(Relaxed);
+        s.compress_rejected = self.compress_rejected.load(Relaxed);
+        s.compressed_writebacks = self.compressed_writebacks.load(Relaxed);
+        s.compressed_hits = self.compressed_hits.load(Relaxed);
+        s.compaction_moves = self.compaction_moves.load(Relaxed);
         s.checksum_errors = self.checksum_errors.load(Relaxed);
         s.poisoned_pages = self.poisoned_pages.load(Relaxed);
         s.read_ahead_dropped = self.read_ahead_dropped.load(Relaxed);

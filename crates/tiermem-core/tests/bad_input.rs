@@ -5,7 +5,7 @@ mod common;
 use std::process::Command;
 
 use common::{hang_guard, runtime};
-use tiermem_core::{Config, Error, PolicyKind, Runtime};
+use tiermem_core::{CompressSettings, Config, Error, PolicyKind, Runtime};
 
 const MIB: u64 = 1 << 20;
 
@@ -157,6 +157,8 @@ fn a_backing_file_tiermem_used_is_taken_again() {
             .dram_budget(4 * MIB)
             .backing(&path)
             .backing_size(64 * MIB)
+            // Pages must reach the file: the pool would keep them all.
+            .compress(CompressSettings::off())
             .build()
             .unwrap()
     };
@@ -205,6 +207,8 @@ fn a_formatted_file_keeps_its_size() {
         Config::builder()
             .dram_budget(4 * MIB)
             .backing(&path)
+            // Pages must reach the file: the pool would keep them all.
+            .compress(CompressSettings::off())
             .build()
             .unwrap(),
     )

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{mapped_over, random_reads_and_writes, Stamped, UNIT};
 use tiermem_core::{
-    Config, Inclusion, IoEngine, IoSettings, Organization, PolicyKind, Preset, Runtime, WritePolicy,
+    CompressSettings, Config, Inclusion, IoEngine, IoSettings, Organization, PolicyKind, Preset,
+    Runtime, WritePolicy,
 };
 
 const REGION: usize = 128 << 20;
@@ -25,6 +26,8 @@ fn runtime(org: Organization, page_size: usize, io: IoSettings) -> Runtime {
         .handler_threads(2)
         .io(io)
         .organization(org)
+        // The organization is the store cache's: pages must reach it.
+        .compress(CompressSettings::off())
         .build()
         .expect("valid test config");
     Runtime::new(config).expect(

@@ -8,11 +8,14 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 use common::{budget_watch, random_reads_and_writes, resident_bytes, Stamped};
-use tiermem_core::{Config, FaultDelivery, Organization, PolicyKind, Runtime};
+use tiermem_core::{CompressSettings, Config, FaultDelivery, Organization, PolicyKind, Runtime};
 
 const REGION: usize = 256 << 20;
 const BUDGET: u64 = 32 << 20;
 
+/// The store path under signal delivery (the compressed tier off, as the
+/// stamped pages would all fit in its pool); `compressed_pages_are_served_
+/// in_the_faulting_thread` covers the tier.
 fn signal_runtime(budget: u64, page_size: usize, policy: PolicyKind) -> Runtime {
     signal_runtime_with(budget, page_size, policy, Organization::default())
 }
@@ -23,7 +26,24 @@ fn signal_runtime_with(
     policy: PolicyKind,
     organization: Organization,
 ) -> Runtime {
+    signal_runtime_compressing(
+        budget,
+        page_size,
+        policy,
+        organization,
+        CompressSettings::off(),
+    )
+}
+
+fn signal_runtime_compressing(
+    budget: u64,
+    page_size: usize,
+    policy: PolicyKind,
+    organization: Organization,
+    compress: CompressSettings,
+) -> Runtime {
     let config = Config::builder()
+        .compress(compress)
         .dram_budget(budget)
         .page_size(page_size)
         .policy(policy)
@@ -35,6 +55,35 @@ fn signal_runtime_with(
     Runtime::new(config).expect(
         "tiermem runtime (needs userfaultfd: run as root or set vm.unprivileged_userfaultfd=1)",
     )
+}
+
+/// The compressed tier under signal delivery: faulting threads decompress
+/// their own pages, and every page keeps its identity.
+#[test]
+fn compressed_pages_are_served_in_the_faulting_thread() {
+    let rt = signal_runtime_compressing(
+        BUDGET,
+        4096,
+        PolicyKind::Clock,
+        Organization::default(),
+        CompressSettings::default(),
+    );
+    let base = rt.alloc(REGION).expect("alloc").as_ptr();
+    let stamped = Stamped::stamp(base, REGION);
+    let watch = budget_watch(&rt, base, REGION, BUDGET);
+    let (lost_reads, over_budget) =
+        random_reads_and_writes(&stamped, 3, Duration::from_secs(3), 0x5167_0b06, watch);
+    assert_eq!(over_budget, None, "over budget");
+    assert_eq!(lost_reads, 0, "reads saw a page without its identity");
+    stamped
+        .verify()
+        .unwrap_or_else(|e| panic!("signal delivery through the pool: {e}"));
+    let stats = rt.stats();
+    assert!(
+        stats.compressed_stores > 0 && stats.compressed_hits > 0,
+        "{stats:?}"
+    );
+    assert_eq!(handler_threads(), 0, "signal delivery starts no handler");
 }
 
 fn hammer(page_size: usize, policy: PolicyKind, threads: usize) {

@@ -107,7 +107,8 @@ fn us(ns: u64) -> String {
 }
 
 /// Renders the summary. "Served from DRAM" counts the faults that needed no
-/// device read (first touches, probation rescues, write-protect faults):
+/// device read (first touches, probation rescues, compressed hits,
+/// write-protect faults):
 /// accesses to mapped pages never trap, so true hits cannot be counted.
 pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     // Read-ahead pages are page-ins no fault waited for.
@@ -170,10 +171,33 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         pwaste = s.prefetch_wasted,
         stored = mib(s.stored_bytes),
     );
+    text.push_str(&compressed_line(s));
     text.push_str(&errors_line(s));
     text.push_str(&pinned_line(s));
     text.push_str(&parked_line(s));
     text
+}
+
+/// The compressed tier: what it holds and what it served.
+fn compressed_line(s: &Stats) -> String {
+    if s.compression == "off" {
+        return "compressed      off (TIERMEM_COMPRESS=off)\n".to_string();
+    }
+    format!(
+        "compressed      {pages} page(s) in {pool} (ratio {ratio:.2}); stored {stores} \
+         (same-filled {same}), rejected {rejected}, written back {wb}; hits {hits} \
+         (p50 {p50}, p99 {p99})\n",
+        pages = s.compressed_pages,
+        pool = mib(s.pool_bytes),
+        ratio = s.compression_ratio(),
+        stores = s.compressed_stores,
+        same = s.same_filled_pages,
+        rejected = s.compress_rejected,
+        wb = s.compressed_writebacks,
+        hits = s.compressed_hits,
+        p50 = us(s.compressed_hit_latency.p50_ns),
+        p99 = us(s.compressed_hit_latency.p99_ns),
+    )
 }
 
 /// Store space kept for forked children (when any).
@@ -234,6 +258,10 @@ mod tests {
             budget_bytes: 32 << 20,
             peak_resident_bytes: 16 << 20,
             page_size: 4096,
+            compression: "lz4",
+            compressed_pages: 1024,
+            pool_bytes: 1 << 20,
+            compressed_hits: 33,
             ..Stats::default()
         };
         let text = summary("redis-server", 42, &s);
@@ -245,6 +273,8 @@ mod tests {
             "clean drops 5",
             "peak resident 16.0 MiB (50.0% of budget)",
             "p99",
+            "compressed      1024 page(s) in 1.0 MiB (ratio 4.00)",
+            "hits 33",
         ] {
             assert!(text.contains(word), "missing {word:?} in\n{text}");
         }

@@ -10,6 +10,8 @@
 //!   ([`write_prediction`]);
 //! - **missing**, page in `Probation`: install it from its DRAM frame, no
 //!   I/O, and mark it referenced;
+//! - **missing**, page `Compressed`: decompress it from the compressed
+//!   pool, no I/O ([`compressed`]);
 //! - **missing**, page already `Resident`: a duplicate fault another thread
 //!   resolved; wake the waiter;
 //! - **write-protect**, page `Resident` and clean: mark it dirty, drop its
@@ -34,6 +36,7 @@
 //! faulting thread gets SIGBUS and resolves its own fault the same way,
 //! and one ring handler, fed by the faulting threads, only reads ahead.
 
+mod compressed;
 mod conflict;
 mod fork_window;
 mod read_error;
@@ -44,6 +47,7 @@ mod sync;
 mod write_prediction;
 mod zero_ahead;
 
+pub(crate) use compressed::decompress;
 pub(crate) use fork_window::park_serving;
 pub(crate) use read_error::{first_bad_page, read_and_check, settle, BadRead};
 pub(crate) use signal::SignalSlots;
@@ -218,6 +222,15 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
                         true
                     }
             }
+            Kind::Compressed => {
+                match claim_for_load(rt, page, state, true) {
+                    Claim::Claimed => {}
+                    Claim::Changed => continue,
+                    Claim::Busy => return Missing::Busy,
+                }
+                compressed::install_compressed(rt, page, state, fault.write, started);
+                return Missing::Resolved;
+            }
             Kind::Resident => {
                 // Another fault (or read-ahead) installed it first.
                 if state.is_prefetched() {
@@ -324,7 +337,7 @@ enum Claim {
     Busy,
 }
 
-/// Claims a `Zero` or `Stored` page (seen in `state`) for loading, and
+/// Claims a `Zero`, `Stored` or `Compressed` page (seen in `state`) for loading, and
 /// charges it. With set-associative placement it takes a way of its set,
 /// evicting the set's victim if the set is full; otherwise the budget
 /// decides, and a demand fault (`wait`) waits for the evictor.

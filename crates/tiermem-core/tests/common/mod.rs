@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tiermem_core::{Config, IoSettings, PolicyKind, Runtime};
+use tiermem_core::{CompressSettings, Config, IoSettings, PolicyKind, Runtime};
 
 pub const UNIT: usize = 4096;
 const MAGIC: u64 = 0x7469_6572_6d65_6d00; // "tiermem\0"
@@ -99,8 +99,35 @@ pub fn runtime(budget: u64, page_size: usize, policy: PolicyKind) -> Runtime {
     runtime_io(budget, page_size, policy, IoSettings::default())
 }
 
+/// A runtime whose evicted pages go to the store: the compressed tier is
+/// off, since these tests are about the store path (its reads, writes,
+/// read-ahead and organization), and their mostly-zero stamped pages
+/// would otherwise all fit in the pool. `tests/compressed.rs` covers the
+/// tier, and [`runtime_compressed`] runs store-path tests through it.
 pub fn runtime_io(budget: u64, page_size: usize, policy: PolicyKind, io: IoSettings) -> Runtime {
+    runtime_with(budget, page_size, policy, io, CompressSettings::off())
+}
+
+/// A runtime with the compressed tier at its defaults.
+pub fn runtime_compressed(budget: u64, page_size: usize, policy: PolicyKind) -> Runtime {
+    runtime_with(
+        budget,
+        page_size,
+        policy,
+        IoSettings::default(),
+        CompressSettings::default(),
+    )
+}
+
+pub fn runtime_with(
+    budget: u64,
+    page_size: usize,
+    policy: PolicyKind,
+    io: IoSettings,
+    compress: CompressSettings,
+) -> Runtime {
     let config = Config::builder()
+        .compress(compress)
         .dram_budget(budget)
         .page_size(page_size)
         .policy(policy)

@@ -13,6 +13,12 @@
 //!    ascending slots, so adjacent slots merge into large writes.
 //!
 //! Policies without probation send demoted pages straight through step 2.
+//!
+//! With the compressed tier on, step 2 first compresses each page into the
+//! pool ([`compressed`]); only pages that do not compress, or that the
+//! full pool writes back, reach the store.
+
+mod compressed;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -87,6 +93,8 @@ struct Evictor<'a> {
     ring: Option<RingWriter>,
     /// A batch of ciphertext, with encryption at rest.
     sealed: Option<Mapping>,
+    /// The compressed tier's scratch space and write-back state.
+    pool: compressed::PoolWork,
 }
 
 impl<'a> Evictor<'a> {
@@ -105,6 +113,7 @@ impl<'a> Evictor<'a> {
             written: Vec::with_capacity(BATCH),
             ring: write_ring(rt),
             sealed: rt.seal_scratch(BATCH),
+            pool: compressed::PoolWork::new(rt.page_size),
         }
     }
 
@@ -148,6 +157,7 @@ impl<'a> Evictor<'a> {
 
     /// Frees pages until the watermark is restored or nothing can move.
     fn run(&mut self) {
+        self.fit_pool_to_share();
         loop {
             let need = self.rt.pages_to_free();
             if need == 0 || self.rt.stopping() {
@@ -296,7 +306,10 @@ impl<'a> Evictor<'a> {
     fn save(&mut self, page: PageNo, state: PageState, keep_in_dram: bool) -> Option<Demoted> {
         let rt = self.rt;
         let addr = rt.page_addr(page);
-        let needs_copy = keep_in_dram || state.is_dirty() || state.slot().is_none();
+        // A clean page is worth compressing too: the pool serves it in
+        // microseconds where its slot costs a device read.
+        let needs_copy =
+            keep_in_dram || state.is_dirty() || state.slot().is_none() || rt.compressed.is_some();
         if !needs_copy {
             return Some(Demoted {
                 page,
@@ -336,11 +349,14 @@ impl<'a> Evictor<'a> {
                 continue;
             };
             let frame = rt.table.frame(page);
-            if !state.is_dirty() && state.slot().is_some() {
-                self.drop_clean(page, state, frame);
-                freed += 1;
-            } else if frame_is_zero(rt.frames.ptr(frame), rt.page_size) {
+            let clean = !state.is_dirty() && state.slot().is_some();
+            if !clean && frame_is_zero(rt.frames.ptr(frame), rt.page_size) {
                 self.drop_zero(page, state, frame);
+                freed += 1;
+            } else if self.compress(page, state, frame) {
+                freed += 1;
+            } else if clean {
+                self.drop_clean(page, state, frame);
                 freed += 1;
             } else {
                 self.to_write.push((page, state, frame));
@@ -395,32 +411,13 @@ impl<'a> Evictor<'a> {
         if self.to_write.is_empty() {
             return 0;
         }
-        if !self.take_slots() {
-            // Parked slots of a forked child's memory fill the store: keep
-            // the pages in their frames until the child is gone.
-            self.put_back_unwritten();
-            std::thread::sleep(Duration::from_millis(1));
-            return 0;
-        }
-        self.writes.clear();
-        for (i, &(_, _, frame)) in self.to_write.iter().enumerate() {
-            self.writes.push(SlotWrite {
-                slot: self.slots[i],
-                src: rt.frames.ptr(frame),
-            });
-        }
-        for (i, &(page, _, _)) in self.to_write.iter().enumerate() {
-            self.writes[i].src = rt.seal(page, self.slots[i], self.writes[i].src, self.scratch(i));
-        }
-        if let Err(e) = self.write_pages() {
+        if let Err(pause) = self.write_staged() {
             // Nothing is lost: the pages stay in their frames. Put them back
             // in probation and try again later, to other slots.
-            rt.write_failed(&e, &self.slots);
             self.put_back_unwritten();
-            std::thread::sleep(WRITE_RETRY);
+            std::thread::sleep(pause);
             return 0;
         }
-        rt.write_succeeded();
         let n = self.to_write.len();
         for (i, &(page, state, frame)) in self.to_write.iter().enumerate() {
             if let Some(old) = state.slot() {
@@ -557,8 +554,31 @@ impl Evictor<'_> {
 }
 
 impl Evictor<'_> {
-    fn take_slots(&mut self) -> bool {
-        take_fresh_slots(self.rt, self.to_write.len(), &mut self.slots)
+    /// Writes the frames of `to_write` to fresh slots (`self.slots`, in
+    /// order). On failure, returns how long to wait before trying again:
+    /// briefly when parked slots of a forked child's memory fill the store
+    /// (they come back as the child lets them go), longer after a failed
+    /// write, so as not to flood a failing device.
+    fn write_staged(&mut self) -> Result<(), Duration> {
+        let rt = self.rt;
+        if !take_fresh_slots(rt, self.to_write.len(), &mut self.slots) {
+            return Err(Duration::from_millis(1));
+        }
+        self.writes.clear();
+        for (i, &(page, _, frame)) in self.to_write.iter().enumerate() {
+            let src = rt.frames.ptr(frame);
+            let src = rt.seal(page, self.slots[i], src, self.scratch(i));
+            self.writes.push(SlotWrite {
+                slot: self.slots[i],
+                src,
+            });
+        }
+        if let Err(e) = self.write_pages() {
+            rt.write_failed(&e, &self.slots);
+            return Err(WRITE_RETRY);
+        }
+        rt.write_succeeded();
+        Ok(())
     }
 
     /// Returns the pages of `to_write` to probation, unwritten.

@@ -1,0 +1,140 @@
+//! What an evicted page becomes in the pool: one word if every word of it
+//! is the same, LZ4 if that saves at least a quarter, nothing otherwise.
+
+/// A page kept as less than a quarter saved costs a pool object and a
+/// decompression on every hit for little DRAM: such pages go to the store
+/// (as zswap's rejections of poorly compressing pages).
+pub fn worth_keeping(compressed: usize, page_size: usize) -> bool {
+    compressed <= page_size * 3 / 4
+}
+
+/// The page's content as the pool stores it.
+pub enum Encoded<'a> {
+    /// Every word of the page is this one (zero pages never get here: the
+    /// evictor drops them to `Zero`).
+    SameFilled(u64),
+    /// LZ4 block bytes.
+    Lz4(&'a [u8]),
+    /// Saves less than a quarter: to the store.
+    Incompressible,
+}
+
+/// Scratch space for one compression: LZ4 needs room for its worst case
+/// even when the result is small.
+pub struct Encoder {
+    out: Vec<u8>,
+}
+
+impl Encoder {
+    pub fn new(page_size: usize) -> Encoder {
+        Encoder {
+            out: vec![0; lz4_flex::block::get_maximum_output_size(page_size)],
+        }
+    }
+
+    pub fn encode<'a>(&'a mut self, page: &[u8]) -> Encoded<'a> {
+        if let Some(word) = same_filled(page) {
+            return Encoded::SameFilled(word);
+        }
+        match lz4_flex::block::compress_into(page, &mut self.out) {
+            Ok(n) if worth_keeping(n, page.len()) => Encoded::Lz4(&self.out[..n]),
+            _ => Encoded::Incompressible,
+        }
+    }
+}
+
+/// The repeated word of a page whose words are all equal.
+pub fn same_filled(page: &[u8]) -> Option<u64> {
+    let mut words = page.chunks_exact(8).map(word_at);
+    let first = words.next()?;
+    words.all(|w| w == first).then_some(first)
+}
+
+fn word_at(chunk: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(chunk);
+    u64::from_ne_bytes(w)
+}
+
+/// Fills `page` with `word`.
+pub fn fill_same(page: &mut [u8], word: u64) {
+    for chunk in page.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&word.to_ne_bytes());
+    }
+}
+
+/// Decompresses LZ4 `bytes` into `page`; false unless exactly a page came
+/// out (the pool is the runtime's own memory, so this means a bug).
+pub fn decode_lz4(bytes: &[u8], page: &mut [u8]) -> bool {
+    matches!(lz4_flex::block::decompress_into(bytes, page), Ok(n) if n == page.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_page() -> Vec<u8> {
+        let words = ["memory", "tier", "page", "the", "of", "cache", "fault"];
+        let mut page = Vec::with_capacity(4096);
+        let mut i = 0usize;
+        while page.len() < 4096 {
+            page.extend_from_slice(words[(i * 7 + i / 3) % words.len()].as_bytes());
+            page.push(b' ');
+            i += 1;
+        }
+        page.truncate(4096);
+        page
+    }
+
+    #[test]
+    fn each_kind_of_page_is_encoded_as_it_should_be() {
+        let mut enc = Encoder::new(4096);
+        let same = vec![0xabu8; 4096];
+        assert!(
+            matches!(enc.encode(&same), Encoded::SameFilled(w) if w == u64::from_ne_bytes([0xab; 8]))
+        );
+        let text = text_page();
+        let Encoded::Lz4(bytes) = enc.encode(&text) else {
+            panic!("text must compress");
+        };
+        assert!(
+            bytes.len() < 1024,
+            "text compressed to {} bytes",
+            bytes.len()
+        );
+        let bytes = bytes.to_vec();
+        let mut back = vec![0u8; 4096];
+        assert!(decode_lz4(&bytes, &mut back));
+        assert_eq!(back, text);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let random: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert!(matches!(enc.encode(&random), Encoded::Incompressible));
+    }
+
+    #[test]
+    fn a_truncated_block_does_not_decode_to_a_page() {
+        let mut enc = Encoder::new(4096);
+        let Encoded::Lz4(bytes) = enc.encode(&text_page()) else {
+            panic!("text must compress");
+        };
+        let short = bytes[..bytes.len() / 2].to_vec();
+        let mut back = vec![0u8; 4096];
+        assert!(!decode_lz4(&short, &mut back));
+    }
+
+    #[test]
+    fn same_filled_round_trips() {
+        let mut page = vec![0u8; 4096];
+        fill_same(&mut page, 0x0102_0304_0506_0708);
+        assert_eq!(same_filled(&page), Some(0x0102_0304_0506_0708));
+        page[4095] ^= 1;
+        assert_eq!(same_filled(&page), None);
+    }
+}

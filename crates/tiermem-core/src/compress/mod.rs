@@ -1,0 +1,109 @@
+//! The compressed tier: evicted pages wait in DRAM, compressed, before
+//! they reach the store.
+//!
+//! A page that leaves probation is compressed into the [`pool`]: one word
+//! if it is same-filled, LZ4 if that saves a quarter or more
+//! ([`codec`]). A fault on it decompresses it in microseconds instead of
+//! reading the store. The pool takes at most a share of the DRAM budget
+//! (`TIERMEM_COMPRESS_SHARE`), and its segments are charged against the
+//! budget like resident pages. When it is full, the pages compressed
+//! longest ago leave first, in batches: a clean one (its slot still valid)
+//! is just dropped, a dirty one written to the store. The order is the
+//! order of compression, not the order of arrival in the store, so the
+//! store gets the coldest pages; zram, by contrast, writes back whatever
+//! arrives once it is full, and keeps the old pages in DRAM.
+//!
+//! The evictor does all compression, write-back and compaction; faults
+//! only read and free objects (see `fault::compressed`).
+
+pub(crate) mod codec;
+pub(crate) mod pool;
+pub mod settings;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use crate::error::Result;
+use crate::page_table::{Kind, PageNo, PageTable};
+pub use settings::{Codec, CompressSettings};
+
+use pool::Pool;
+
+pub(crate) struct CompressedTier {
+    pub settings: CompressSettings,
+    pub pool: Pool,
+    /// Compressed pages with the sequence number of their compression,
+    /// oldest first: the write-back order. An entry whose page has since
+    /// left the pool (or was compressed again) is stale and skipped.
+    order: Mutex<VecDeque<(PageNo, u32)>>,
+    next_seq: AtomicU32,
+}
+
+impl CompressedTier {
+    /// The tier for a runtime of `budget_bytes`, or `None` when off. The
+    /// pool reserves room for the whole physical memory (the budget can
+    /// grow at run time), which costs address space only.
+    pub fn new(settings: CompressSettings, page_size: usize) -> Result<Option<CompressedTier>> {
+        if !settings.is_on() {
+            return Ok(None);
+        }
+        let ram = crate::config::physical_ram_bytes();
+        Ok(Some(CompressedTier {
+            settings,
+            pool: Pool::new(ram, page_size)?,
+            order: Mutex::new(VecDeque::new()),
+            next_seq: AtomicU32::new(0),
+        }))
+    }
+
+    /// Segments the pool may commit under a budget of `limit_pages`.
+    pub fn cap_segments(&self, limit_pages: u64, page_size: usize) -> u64 {
+        let share = limit_pages * page_size as u64 * self.settings.share_percent as u64 / 100;
+        share / self.pool.segment_bytes() as u64
+    }
+
+    /// Budget pages one segment is charged as.
+    pub fn segment_pages(&self, page_size: usize) -> u64 {
+        (self.pool.segment_bytes() / page_size) as u64
+    }
+
+    pub fn next_seq(&self) -> u32 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn order(&self) -> std::sync::MutexGuard<'_, VecDeque<(PageNo, u32)>> {
+        self.order.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a page just compressed. Stale entries are pruned once they
+    /// outnumber live ones, so the queue stays proportional to the pool.
+    pub fn push(&self, table: &PageTable, page: PageNo, seq: u32) {
+        let mut order = self.order();
+        order.push_back((page, seq));
+        if order.len() as u64 > 2 * self.pool.objects() + 4096 {
+            order.retain(|&(p, s)| self.is_current(table, p, s));
+        }
+    }
+
+    /// Puts back entries taken by [`Self::pop_oldest`] and not written.
+    pub fn push_front(&self, entries: impl DoubleEndedIterator<Item = (PageNo, u32)>) {
+        let mut order = self.order();
+        for e in entries.rev() {
+            order.push_front(e);
+        }
+    }
+
+    pub fn pop_oldest(&self) -> Option<(PageNo, u32)> {
+        self.order().pop_front()
+    }
+
+    /// Whether `page` is still compressed from compression `seq`. A racy
+    /// look, for pruning: owners check again.
+    fn is_current(&self, table: &PageTable, page: PageNo, seq: u32) -> bool {
+        table.load(page).kind() == Kind::Compressed
+            // SAFETY: a compressed page's handle names a live object; the
+            // evictor (the only one that frees segments) holds `order`.
+            && unsafe { self.pool.object(table.pool_handle(page)) }.seq == seq
+    }
+}

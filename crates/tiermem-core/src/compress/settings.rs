@@ -1,0 +1,142 @@
+//! The compressed tier's knobs: `TIERMEM_COMPRESS` and
+//! `TIERMEM_COMPRESS_SHARE`. Part of [`crate::Config`].
+
+use std::str::FromStr;
+
+use crate::config::invalid;
+use crate::error::{Error, Result};
+
+pub const ENV_COMPRESS: &str = "TIERMEM_COMPRESS";
+pub const ENV_COMPRESS_SHARE: &str = "TIERMEM_COMPRESS_SHARE";
+
+/// Half the budget: a page of budget holding compressed text serves
+/// three or four pages at a few microseconds each, where the same page
+/// resident serves one at no cost; an even split keeps the hottest pages
+/// mapped and still multiplies the DRAM that compressible data reaches.
+/// Incompressible data never enters the pool, so the share costs it
+/// nothing.
+pub const DEFAULT_SHARE_PERCENT: u32 = 50;
+const MAX_SHARE_PERCENT: u32 = 90;
+
+/// How evicted pages are compressed before they reach the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    /// No compressed tier: evicted pages go straight to the store.
+    Off,
+    /// LZ4 block compression (the `lz4_flex` crate).
+    Lz4,
+}
+
+impl Codec {
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Off => "off",
+            Codec::Lz4 => "lz4",
+        }
+    }
+}
+
+impl FromStr for Codec {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" | "0" | "no" => Ok(Codec::Off),
+            "lz4" | "on" | "1" | "yes" => Ok(Codec::Lz4),
+            _ => Err(invalid(ENV_COMPRESS, s, "expected off or lz4")),
+        }
+    }
+}
+
+/// The compressed tier's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompressSettings {
+    pub codec: Codec,
+    /// Most of the DRAM budget the compressed pool may take, in percent.
+    pub share_percent: u32,
+}
+
+impl Default for CompressSettings {
+    fn default() -> Self {
+        CompressSettings {
+            codec: Codec::Lz4,
+            share_percent: DEFAULT_SHARE_PERCENT,
+        }
+    }
+}
+
+impl CompressSettings {
+    pub fn off() -> CompressSettings {
+        CompressSettings {
+            codec: Codec::Off,
+            ..CompressSettings::default()
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.codec != Codec::Off
+    }
+
+    pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<CompressSettings> {
+        let mut s = CompressSettings::default();
+        if let Some(v) = lookup(ENV_COMPRESS) {
+            s.codec = v.parse()?;
+        }
+        if let Some(v) = lookup(ENV_COMPRESS_SHARE) {
+            s.share_percent = v
+                .trim()
+                .trim_end_matches('%')
+                .parse()
+                .ok()
+                .filter(|p| (1..=MAX_SHARE_PERCENT).contains(p))
+                .ok_or_else(|| {
+                    invalid(
+                        ENV_COMPRESS_SHARE,
+                        &v,
+                        "expected a percentage of the DRAM budget from 1 to 90",
+                    )
+                })?;
+        }
+        Ok(s)
+    }
+
+    pub fn to_env(&self, env: &mut Vec<(&'static str, String)>) {
+        env.push((ENV_COMPRESS, self.codec.name().into()));
+        env.push((ENV_COMPRESS_SHARE, self.share_percent.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_round_trip_and_refuse_bad_values() {
+        let defaults = CompressSettings::from_lookup(&|_| None).unwrap();
+        assert_eq!(defaults, CompressSettings::default());
+        assert_eq!(defaults.codec, Codec::Lz4, "the tier is on by default");
+        let set =
+            |k: &'static str, v: &'static str| move |name: &str| (name == k).then(|| v.to_string());
+        let off = CompressSettings::from_lookup(&set(ENV_COMPRESS, "off")).unwrap();
+        assert!(!off.is_on());
+        let share = CompressSettings::from_lookup(&set(ENV_COMPRESS_SHARE, "30%")).unwrap();
+        assert_eq!(share.share_percent, 30);
+        let mut env = Vec::new();
+        share.to_env(&mut env);
+        let back = CompressSettings::from_lookup(&|k: &str| {
+            env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        })
+        .unwrap();
+        assert_eq!(back, share);
+        for (k, v, expected) in [
+            (ENV_COMPRESS, "zstd", "off or lz4"),
+            (ENV_COMPRESS_SHARE, "0", "from 1 to 90"),
+            (ENV_COMPRESS_SHARE, "95", "from 1 to 90"),
+            (ENV_COMPRESS_SHARE, "half", "from 1 to 90"),
+        ] {
+            let err = CompressSettings::from_lookup(&set(k, v))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(k) && err.contains(expected), "{err}");
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The evictor's side of the compressed tier: compress pages leaving
+//! probation, write the oldest compressed pages back when the pool is
+//! full, close the pool's holes, and shrink it with the budget.
+
+use std::time::Duration;
+
+use super::{count_if_wasted, Evictor, BATCH};
+use crate::compress::codec::{Encoded, Encoder};
+use crate::compress::pool::{Appended, Body, Pool};
+use crate::compress::CompressedTier;
+use crate::frames::FrameNo;
+use crate::page_table::{Kind, PageNo, PageState};
+use crate::runtime::Shared;
+use crate::stats::Counters;
+
+/// After this many rejections in a row, only every [`SAMPLE_EVERY`]th page
+/// is tried: incompressible data (already compressed, encrypted, random)
+/// then costs the evictor a sixteenth of the compression work, and one
+/// success turns every page back on.
+const REJECT_STREAK: u32 = 64;
+const SAMPLE_EVERY: u32 = 16;
+
+/// Makes `make_room` give up rather than loop when nothing moves (every
+/// compressed page busy, the store refusing writes).
+const ROOM_TRIES: usize = 8;
+
+pub(super) struct PoolWork {
+    encoder: Encoder,
+    /// Object handles of a segment being compacted.
+    handles: Vec<u32>,
+    /// Write-back order entries taken for the batch in flight.
+    entries: Vec<(PageNo, u32)>,
+    /// Probation's pages waiting to be written while a pool write-back
+    /// borrows the staging list (it runs in the middle of filling it).
+    probation_batch: Vec<(PageNo, PageState, FrameNo)>,
+    rejected_in_a_row: u32,
+    skipped: u32,
+}
+
+impl PoolWork {
+    pub fn new(page_size: usize) -> PoolWork {
+        PoolWork {
+            encoder: Encoder::new(page_size),
+            handles: Vec::new(),
+            entries: Vec::with_capacity(BATCH),
+            probation_batch: Vec::with_capacity(BATCH),
+            rejected_in_a_row: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Whether to skip this page's compression (a long rejection streak).
+    fn sampling_out(&mut self) -> bool {
+        if self.rejected_in_a_row < REJECT_STREAK {
+            return false;
+        }
+        self.skipped += 1;
+        !self.skipped.is_multiple_of(SAMPLE_EVERY)
+    }
+}
+
+impl<'a> Evictor<'a> {
+    /// The tier, borrowed from `Shared` rather than from `self`, so that it
+    /// stays usable while the evictor's own state changes.
+    fn tier(&self) -> Option<&'a CompressedTier> {
+        let rt: &'a Shared = self.rt;
+        rt.compressed.as_ref()
+    }
+
+    /// Moves an owned page leaving probation (its content in `frame`) into
+    /// the pool. True if it left DRAM: the frame is released and the page
+    /// uncharged. False if the tier is off, the page does not compress, or
+    /// the pool has no room: the caller drops or writes it as before.
+    pub(super) fn compress(&mut self, page: PageNo, state: PageState, frame: FrameNo) -> bool {
+        let rt = self.rt;
+        let Some(tier) = self.tier() else {
+            return false;
+        };
+        if self.pool.sampling_out() {
+            return false;
+        }
+        let cap = tier.cap_segments(rt.budget.limit(), rt.page_size);
+        if !self.make_room(tier, Pool::object_size(rt.page_size * 3 / 4), cap) {
+            return false;
+        }
+        // SAFETY: the frame is ours and holds the page.
+        let data = unsafe { std::slice::from_raw_parts(rt.frames.ptr(frame), rt.page_size) };
+        let body = match self.pool.encoder.encode(data) {
+            Encoded::SameFilled(word) => Body::SameFilled(word),
+            Encoded::Lz4(bytes) => Body::Lz4(bytes),
+            Encoded::Incompressible => {
+                self.pool.rejected_in_a_row += 1;
+                Counters::add(&rt.counters.compress_rejected, 1);
+                return false;
+            }
+        };
+        let same_filled = matches!(body, Body::SameFilled(_));
+        let seq = tier.next_seq();
+        let Some(handle) = append(rt, tier, page, seq, body, cap) else {
+            return false;
+        };
+        self.pool.rejected_in_a_row = 0;
+        Counters::add(&rt.counters.compressed_stores, 1);
+        if same_filled {
+            Counters::add(&rt.counters.same_filled_pages, 1);
+        }
+        rt.table.set_pool_handle(page, handle);
+        // A dirty page's slot is stale: the pool holds the only copy. A
+        // clean one keeps its slot, so writing it back costs nothing.
+        let slot = match (state.is_dirty(), state.slot()) {
+            (true, Some(old)) => {
+                rt.slots().free(old);
+                None
+            }
+            (_, slot) => slot,
+        };
+        count_if_wasted(rt, state);
+        rt.table.finish(
+            page,
+            state
+                .with_kind(Kind::Compressed)
+                .with_slot(slot)
+                .with_referenced(false)
+                .with_prefetched(false),
+        );
+        rt.frames.release(frame);
+        rt.budget.uncharge(1);
+        tier.push(&rt.table, page, seq);
+        true
+    }
+
+    /// Ensures an object of `size` bytes fits under `cap` segments:
+    /// returns empty segments, closes holes, or writes the oldest pages
+    /// back. False if none of that made room.
+    fn make_room(&mut self, tier: &CompressedTier, size: usize, cap: u64) -> bool {
+        for _ in 0..ROOM_TRIES {
+            if tier.pool.has_room(size, cap) {
+                return true;
+            }
+            if reclaim(self.rt, tier) > 0 || self.compact(tier) {
+                continue;
+            }
+            if self.write_back_oldest(tier) == 0 {
+                return false;
+            }
+        }
+        tier.pool.has_room(size, cap)
+    }
+
+    /// After the budget shrank, brings the pool back under its share.
+    pub(super) fn fit_pool_to_share(&mut self) {
+        let rt = self.rt;
+        let Some(tier) = self.tier() else {
+            return;
+        };
+        let mut tries = 0;
+        while tier.pool.committed_segments() > tier.cap_segments(rt.budget.limit(), rt.page_size)
+            && !rt.stopping()
+            && tries < 4 * ROOM_TRIES
+        {
+            tries += 1;
+            if reclaim(rt, tier) > 0 || self.compact(tier) {
+                continue;
+            }
+            if self.write_back_oldest(tier) == 0 {
+                // Busy pages or a failing store: the next round retries.
+                return;
+            }
+        }
+    }
+
+    /// Moves the live objects of the sparsest segment, if at most half
+    /// full, to the head, once holes make up a quarter of the pool. True
+    /// if a segment was freed or objects moved.
+    fn compact(&mut self, tier: &CompressedTier) -> bool {
+        let rt = self.rt;
+        let pool = &tier.pool;
+        if pool.live_bytes() * 4 >= pool.committed_bytes() * 3 {
+            return false;
+        }
+        let Some(seg) = pool.sparsest_sealed() else {
+            return false;
+        };
+        pool.handles_in(seg, &mut self.pool.handles);
+        let mut moved = 0;
+        for i in 0..self.pool.handles.len() {
+            let handle = self.pool.handles[i];
+            match move_object(rt, tier, handle) {
+                Move::Moved => moved += 1,
+                Move::Skipped => {}
+                Move::Full => break,
+            }
+        }
+        Counters::add(&rt.counters.compaction_moves, moved);
+        reclaim(rt, tier) > 0 || moved > 0
+    }
+
+    /// Writes the oldest compressed pages back, a batch at a time: clean
+    /// ones are dropped (their slot is valid), dirty ones decompressed and
+    /// written. Returns how many left the pool.
+    fn write_back_oldest(&mut self, tier: &CompressedTier) -> usize {
+        std::mem::swap(&mut self.to_write, &mut self.pool.probation_batch);
+        let n = self.write_back_oldest_staged(tier);
+        std::mem::swap(&mut self.to_write, &mut self.pool.probation_batch);
+        n
+    }
+
+    fn write_back_oldest_staged(&mut self, tier: &CompressedTier) -> usize {
+        let rt = self.rt;
+        self.to_write.clear();
+        self.pool.entries.clear();
+        let mut dropped = 0;
+        while self.to_write.len() < BATCH {
+            let Some((page, seq)) = tier.pop_oldest() else {
+                break;
+            };
+            let Some(state) = own_compressed(rt, tier, page, seq) else {
+                continue;
+            };
+            if !state.is_dirty() && state.slot().is_some() {
+                rt.release_compressed(page);
+                rt.table.finish(page, state.with_kind(Kind::Stored));
+                dropped += 1;
+                continue;
+            }
+            let Some(frame) = rt.frames.alloc() else {
+                rt.table.finish(page, state);
+                tier.push_front(std::iter::once((page, seq)));
+                break;
+            };
+            crate::fault::decompress(rt, page, rt.frames.ptr(frame));
+            self.to_write.push((page, state, frame));
+            self.pool.entries.push((page, seq));
+        }
+        Counters::add(&rt.counters.compressed_writebacks, dropped as u64);
+        Counters::add(&rt.counters.clean_drops, dropped as u64);
+        dropped + self.write_back_decompressed(tier)
+    }
+
+    /// Writes the decompressed pages of `to_write`; they leave the pool
+    /// once their slots hold them. On failure they stay compressed and
+    /// first in line.
+    fn write_back_decompressed(&mut self, tier: &CompressedTier) -> usize {
+        let rt = self.rt;
+        if self.to_write.is_empty() {
+            return 0;
+        }
+        if let Err(pause) = self.write_staged() {
+            for &(page, state, frame) in &self.to_write {
+                rt.frames.release(frame);
+                rt.table.finish(page, state);
+            }
+            tier.push_front(self.pool.entries.iter().copied());
+            std::thread::sleep(pause.min(Duration::from_millis(100)));
+            return 0;
+        }
+        let n = self.to_write.len();
+        for (i, &(page, state, frame)) in self.to_write.iter().enumerate() {
+            rt.release_compressed(page);
+            let stored = state
+                .with_kind(Kind::Stored)
+                .with_dirty(false)
+                .with_slot(Some(self.slots[i]));
+            rt.table.finish(page, stored);
+            rt.frames.release(frame);
+        }
+        Counters::add(&rt.counters.compressed_writebacks, n as u64);
+        Counters::add(&rt.counters.page_outs, n as u64);
+        Counters::add(&rt.counters.bytes_written, (n * rt.page_size) as u64);
+        Counters::add(&rt.counters.write_batches, 1);
+        n
+    }
+}
+
+/// Appends an object. A new segment is charged against the budget
+/// first, and only taken if it fits under the limit: the pool never
+/// pushes DRAM past the budget. `None`: no room.
+fn append(
+    rt: &Shared,
+    tier: &CompressedTier,
+    page: PageNo,
+    seq: u32,
+    body: Body<'_>,
+    cap: u64,
+) -> Option<u32> {
+    let segment = tier.segment_pages(rt.page_size);
+    let charged = !tier.pool.head_fits(Pool::object_size(body.len()));
+    if charged && !rt.budget.try_charge_pages(segment) {
+        return None;
+    }
+    match tier.pool.append(page, seq, body, cap) {
+        Appended::At {
+            handle,
+            new_segments,
+        } => {
+            if charged && new_segments == 0 {
+                rt.budget.uncharge(segment);
+            }
+            Some(handle)
+        }
+        Appended::Full => {
+            if charged {
+                rt.budget.uncharge(segment);
+            }
+            None
+        }
+    }
+}
+
+/// Returns empty segments and uncharges them. Returns how many.
+fn reclaim(rt: &Shared, tier: &CompressedTier) -> u64 {
+    let n = tier.pool.reclaim_empty();
+    rt.budget.uncharge(n * tier.segment_pages(rt.page_size));
+    n
+}
+
+/// Owns `page` if it is still compressed from compression `seq`.
+fn own_compressed(rt: &Shared, tier: &CompressedTier, page: PageNo, seq: u32) -> Option<PageState> {
+    loop {
+        let s = rt.table.load(page);
+        if s.kind() != Kind::Compressed {
+            return None;
+        }
+        if !rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+            continue;
+        }
+        // SAFETY: the page is ours, so its object is live.
+        if unsafe { tier.pool.object(rt.table.pool_handle(page)) }.seq != seq {
+            // Compressed again since: a newer entry stands for it.
+            rt.table.finish(page, s);
+            return None;
+        }
+        return Some(s);
+    }
+}
+
+enum Move {
+    Moved,
+    /// Dead, or busy: its page is being faulted in.
+    Skipped,
+    /// No room at the head.
+    Full,
+}
+
+/// Moves the object at `handle` to the head, keeping its sequence number
+/// (and so its place in the write-back order).
+fn move_object(rt: &Shared, tier: &CompressedTier, handle: u32) -> Move {
+    // SAFETY: the walk of a segment the evictor compacts: the header stays
+    // readable, live or not (only the evictor returns segments).
+    let page = unsafe { tier.pool.object(handle) }.page;
+    if page as u64 >= rt.table.pages() {
+        return Move::Skipped;
+    }
+    let s = rt.table.load(page);
+    if s.kind() != Kind::Compressed || rt.table.pool_handle(page) != handle {
+        return Move::Skipped;
+    }
+    if !rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
+        return Move::Skipped;
+    }
+    if rt.table.pool_handle(page) != handle {
+        rt.table.finish(page, s);
+        return Move::Skipped;
+    }
+    // SAFETY: the page is ours, so its object is live.
+    let object = unsafe { tier.pool.object(handle) };
+    // Compaction may take one segment past the cap: it frees one for it.
+    let cap = tier.pool.committed_segments() + 1;
+    let Some(new) = append(rt, tier, page, object.seq, object.body, cap) else {
+        rt.table.finish(page, s);
+        return Move::Full;
+    };
+    rt.table.set_pool_handle(page, new);
+    tier.pool.release(handle, object.size);
+    rt.table.finish(page, s);
+    Move::Moved
+}
