@@ -7,7 +7,7 @@
 use tiermem_bench::result::Mode;
 use tiermem_bench::scan_resistance::ScanShape;
 use tiermem_bench::worker::{run_workload, TiermemSet, WorkloadSpec};
-use tiermem_core::{Config, PolicyKind};
+use tiermem_core::{CompressSettings, Config, PolicyKind};
 
 const BUDGET: u64 = 16 << 20;
 const PAGE: u64 = 4096;
@@ -23,6 +23,9 @@ fn s3fifo_keeps_the_hot_set_and_the_bench_counts_it() {
         .backing("/var/tmp")
         .page_size(PAGE as usize)
         .policy(PolicyKind::S3Fifo)
+        // The scan must reach the device: its zero pages would fit in
+        // the compressed pool.
+        .compress(CompressSettings::off())
         .build()
         .expect("configuring tiermem");
     tiermem_core::global::init(config).expect("starting tiermem (needs userfaultfd)");

@@ -64,6 +64,10 @@ impl Client {
             .env("LD_LIBRARY_PATH", &self.lib)
             .env("TIERMEM_DRAM", BUDGET)
             .env("TIERMEM_BACKING", backing)
+            // The store's errors are under test, and the client's regular
+            // bytes would all fit in the compressed pool; the sweep turns
+            // the tier on, with a small pool, for its write-back path.
+            .env("TIERMEM_COMPRESS", "off")
             .envs(env.iter().copied());
         cmd
     }
@@ -134,14 +138,17 @@ fn injected_io_errors_never_hand_back_wrong_data() {
     // The other two read paths: pread handlers, and faulting threads that
     // read for themselves (signal delivery).
     // And set-associative placement, where a miss writes its set's victim
-    // on the fault path; and encryption at rest, where a read is decrypted
-    // in place and cannot be checked twice.
-    let engines: [Env; 5] = [
+    // on the fault path; encryption at rest, where a read is decrypted in
+    // place and cannot be checked twice; and the compressed tier with a
+    // pool of 2% of the budget, which writes its oldest pages back to the
+    // store all the time.
+    let engines: [Env; 6] = [
         &[],
         &[("TIERMEM_IO_ENGINE", "psync")],
         &[("TIERMEM_FAULTS", "signal")],
         &[("TIERMEM_ASSOCIATIVITY", "4")],
         &[("TIERMEM_ENCRYPT", "on")],
+        &[("TIERMEM_COMPRESS", "lz4"), ("TIERMEM_COMPRESS_SHARE", "2")],
     ];
     let runs: Vec<(String, bool, Env)> = engines
         .iter()

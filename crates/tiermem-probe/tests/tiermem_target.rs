@@ -56,6 +56,10 @@ fn run_probe(k: &Known, readahead: &str) -> serde_json::Value {
         .arg(std::env::temp_dir())
         .args(k.flags)
         .env("TIERMEM_READAHEAD", readahead)
+        // The organization to recover is the DRAM cache's: a compressed
+        // tier would hold the probe's regular pages and show up as a
+        // larger cache (which it is, to a program).
+        .env("TIERMEM_COMPRESS", "off")
         .env_remove("TIERMEM_POLICY")
         .env_remove("TIERMEM_PRESET")
         .env_remove("TIERMEM_ASSOCIATIVITY")
