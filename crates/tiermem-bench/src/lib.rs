@@ -12,6 +12,7 @@ pub mod histogram;
 pub mod hit_ratio;
 pub mod kernel_swap;
 pub mod page_data;
+pub mod page_text;
 pub mod pattern;
 pub mod report;
 pub mod result;
