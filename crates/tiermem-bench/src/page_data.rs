@@ -42,7 +42,7 @@ pub enum MixedKind {
 impl MixedKind {
     /// The kind of `page`: its hash modulo 100 against the shares above.
     pub fn of(page: u64) -> MixedKind {
-        match splitmix64(page ^ 0x6d69_7865_64) % 100 {
+        match splitmix64(page ^ 0x006d_6978_6564) % 100 {
             0..=9 => MixedKind::Zero,
             10..=19 => MixedKind::SameFilled,
             20..=69 => MixedKind::Text,

@@ -160,7 +160,7 @@ impl Zipf {
 fn vocabulary() -> Vec<String> {
     let mut words: Vec<String> = COMMON.iter().map(|w| w.to_string()).collect();
     let mut seen: std::collections::HashSet<String> = words.iter().cloned().collect();
-    let mut state = 0x766f_6361_62u64;
+    let mut state = 0x0076_6f63_6162_u64;
     while words.len() < VOCABULARY_LEN {
         state = state.wrapping_add(1);
         let mut draw = super::page_data::splitmix64(state);

@@ -20,6 +20,7 @@ use tiermem_core::cpus::{format_cpu_list, CpuChoice};
 use tiermem_core::{parse_size, Config, FaultDelivery, PolicyKind};
 
 use crate::bench_suite;
+use crate::compressed_args::CompressedArgs;
 
 /// Working set of the pattern workload when `--working-set` is not given.
 const DEFAULT_WORKING_SET: &str = "1G";
@@ -35,6 +36,26 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 ///   kernel-swap  plain memory in a cgroup-v1 memory cgroup limited to the
 ///                budget, with a swapfile on the backing store's filesystem
 ///                (needs root; removed on every exit path, Ctrl-C included).
+///   kernel-zswap kernel-swap with zswap on for the run: pages the cgroup
+///                swaps out are compressed into a DRAM pool first and
+///                written to the swapfile only when the pool is full
+///                (--zswap-compressor, --zswap-max-pool-percent).
+///   kernel-zram  the same cgroup, swapping to /dev/zram0, compressed RAM,
+///                instead of the swapfile (--zram-compressor, --zram-size).
+/// The default is dram,tiermem,kernel-swap. The two compressed modes are
+/// run only when named: they need root, change machine-wide settings for
+/// the run, and refuse to run while another swap area is active or zram0
+/// is in use. Every setting they change (zswap's enabled, compressor and
+/// max_pool_percent; zram0's comp_algorithm, disksize and contents; a
+/// debugfs they mount for zswap's statistics) is saved first in
+/// /run/tiermem-bench and put back on every exit path, Ctrl-C included;
+/// after a run killed outright, the next compressed run puts it back. They
+/// report the tier at its fullest, read every 0.1 s while the worker runs:
+/// zswap's stored pages, pool size, pages written back and rejected, and
+/// ratio = stored pages x 4096 / pool bytes (from debugfs); zram's mm_stat
+/// (orig_data_size, compr_data_size, mem_used_total) and ratio =
+/// orig_data_size / mem_used_total. Use --data text or mixed with them:
+/// random pages do not compress, zero pages cost nothing.
 ///
 /// Workloads (--workload):
 ///   pattern          (default) threads access one word of pages drawn from
@@ -128,11 +149,13 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// verifying 2 GiB per mode and case).
 ///
 /// Examples:
-///   tiermem bench                                   (1 GiB in 256 MiB, all modes)
+///   tiermem bench                                   (1 GiB in 256 MiB, dram, tiermem, kernel-swap)
 ///   tiermem bench --suite --dram 512M               (2 GiB in 512 MiB, the matrix)
 ///   tiermem bench --working-set 4G --dram 1G --read-ratio 0 --duration 30
 ///   tiermem bench --pattern zipf:0.99 --threads 2 --modes tiermem,kernel-swap --json
 ///   tiermem bench --workload scan-resistance --dram 256M --policy s3fifo
+///   tiermem bench --modes kernel-swap,kernel-zswap,kernel-zram --data text \
+///       --working-set 1G --dram 256M
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct BenchArgs {
@@ -196,9 +219,12 @@ pub struct BenchArgs {
     /// Seconds of unmeasured accesses before measuring (after stamping).
     #[arg(long, default_value_t = 2.0)]
     warmup: f64,
-    /// Comma-separated modes (default: all available).
+    /// Comma-separated modes: dram, tiermem, kernel-swap, kernel-zswap,
+    /// kernel-zram [default: dram,tiermem,kernel-swap] (see above).
     #[arg(long, value_delimiter = ',')]
     modes: Vec<Mode>,
+    #[command(flatten)]
+    compressed: CompressedArgs,
     /// Skip the quick measurement of the backing device: its QD1 4 KiB read
     /// latency (every run) and, for --pattern sequential, its sequential
     /// read bandwidth.
@@ -282,10 +308,11 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         .parse::<tiermem_bench::pattern::Pattern>()
         .map_err(anyhow::Error::msg)?;
     let modes = if args.modes.is_empty() {
-        Mode::ALL.to_vec()
+        Mode::DEFAULT.to_vec()
     } else {
         args.modes.clone()
     };
+    let compressed = args.compressed.options()?;
     let exe = std::env::current_exe().context("locating the tiermem binary")?;
     let cpus = match &args.cpus {
         Some(choice) => {
@@ -313,6 +340,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         tiermem,
         worker: (exe, vec!["__bench-worker".into()]),
         cpus,
+        compressed,
     })
 }
 
