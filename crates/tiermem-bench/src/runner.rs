@@ -157,6 +157,19 @@ fn run_mode(
         (None, None) => anyhow::bail!("the worker died without a result ({status})"),
     };
     result.notes.extend(notes);
+    if mode == Mode::KernelZswap {
+        // A load from zswap's pool is no swap-in in /proc/vmstat, so
+        // pswpin counts only what came from the swapfile: no measure of
+        // read-ahead here.
+        if let Some(h) = &mut result.hit_ratio {
+            if h.device_reads.take().is_some() {
+                h.ratio_read_ahead_as_miss = None;
+                result.notes.push(
+                    "no \"RA = miss\" ratio: pswpin does not count loads from zswap's pool".into(),
+                );
+            }
+        }
+    }
     if let Some((counters, line)) = tier_stats {
         result.counters.extend(counters);
         result.notes.push(line);
