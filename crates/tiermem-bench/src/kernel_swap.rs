@@ -11,7 +11,13 @@
 //!   tears all of them down and then exits with status 128+signo. A Ctrl-C in
 //!   the middle of a run therefore still removes the swapfile and the cgroup;
 //! * crashes (SIGKILL, abort): nothing can run, so [`leftover_sandboxes`] and
-//!   [`remove_leftovers`] find and remove what a dead process left behind.
+//!   [`remove_leftovers`] find and remove what a dead process left behind,
+//!   machine settings saved by `saved_settings` (zswap, zram) included.
+//!
+//! The compressed modes swap through the same sandbox: kernel-zswap on the
+//! same swapfile with zswap on, kernel-zram on a zram device instead of a
+//! file ([`SandboxSpec::swap_device`]); the settings they change are handed
+//! to the sandbox ([`SwapSandbox::add_restore`]) and restored last.
 //!
 //! Teardown order matters: the worker is killed first (so `swapoff` does not
 //! have to page its whole working set back in), then the swapfile is turned
@@ -36,6 +42,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
 
+use crate::saved_settings::{self, SettingsGuard};
+
 /// Name prefix of the cgroups we create: `tiermem-bench-<pid>-<n>`.
 const CGROUP_PREFIX: &str = "tiermem-bench-";
 /// Name prefix of the swapfiles we create: `.tiermem-swap-<pid>-<n>`.
@@ -51,6 +59,11 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `rmdir` of the cgroup is retried while it is still busy.
 const RMDIR_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// swapon(2) flags for a priority (linux/swap.h; not in the libc crate).
+const SWAP_FLAG_PREFER: libc::c_int = 0x8000;
+const SWAP_FLAG_PRIO_MASK: libc::c_int = 0x7fff;
+const SWAP_FLAG_PRIO_SHIFT: libc::c_int = 0;
+
 /// Environment variable naming the sandbox cgroup's `memory.stat` for a
 /// benchmark worker inside it, which reads its own fault counts from there.
 pub const MEMORY_STAT_ENV: &str = "TIERMEM_BENCH_MEMORY_STAT";
@@ -65,6 +78,10 @@ pub struct SandboxSpec {
     /// Directory for the swapfile; should be on the same filesystem as
     /// tiermem's backing file so both modes page to the same device.
     pub swap_dir: PathBuf,
+    /// Swap on this block device (e.g. /dev/zram0, prepared by the caller)
+    /// with this priority instead of a swapfile in `swap_dir`; the device
+    /// is given a swap signature, turned on and off, never deleted.
+    pub swap_device: Option<(PathBuf, i32)>,
 }
 
 /// Counters of the sandbox's cgroup, read from `memory.stat`,
@@ -109,7 +126,10 @@ pub struct SwapSandbox {
 #[derive(Debug)]
 struct Inner {
     cgroup: PathBuf,
+    /// The swapfile, or the swap device of `SandboxSpec::swap_device`.
     swapfile: PathBuf,
+    /// Whether `swapfile` is a device (turned off, never deleted).
+    device: bool,
     state: Mutex<State>,
 }
 
@@ -123,6 +143,9 @@ struct State {
     children: Vec<i32>,
     /// Set by the first teardown: no more setup, adopted children die at once.
     closed: bool,
+    /// Machine settings changed for this sandbox's run, restored after the
+    /// swap is off (see [`SwapSandbox::add_restore`]).
+    restores: Vec<Arc<SettingsGuard>>,
 }
 
 /// Live sandboxes, for the signal thread.
@@ -173,19 +196,26 @@ impl SwapSandbox {
             bail!("the memory limit of the kernel-swap cgroup must be more than 0 bytes");
         }
         let swap_bytes = spec.swap_bytes / page_size() * page_size();
-        if swap_bytes < MIN_SWAP_BYTES {
+        if spec.swap_device.is_none() && swap_bytes < MIN_SWAP_BYTES {
             bail!(
                 "swapfile size {} is too small (at least {} is needed)",
                 spec.swap_bytes,
                 MIN_SWAP_BYTES
             );
         }
-        let swap_dir = std::fs::canonicalize(&spec.swap_dir)
-            .with_context(|| format!("swap directory {} is not usable", spec.swap_dir.display()))?;
-        if !swap_dir.is_dir() {
-            bail!("swap directory {} is not a directory", swap_dir.display());
-        }
-        let fs_type = check_swap_filesystem(&swap_dir, swap_bytes)?;
+        let (swap_dir, fs_type) = match &spec.swap_device {
+            Some((device, _)) => (device.clone(), 0),
+            None => {
+                let swap_dir = std::fs::canonicalize(&spec.swap_dir).with_context(|| {
+                    format!("swap directory {} is not usable", spec.swap_dir.display())
+                })?;
+                if !swap_dir.is_dir() {
+                    bail!("swap directory {} is not a directory", swap_dir.display());
+                }
+                let fs_type = check_swap_filesystem(&swap_dir, swap_bytes)?;
+                (swap_dir, fs_type)
+            }
+        };
         let mkswap = find_tool("mkswap").context("`mkswap` not found")?;
         install_signal_cleanup()?;
         let root = memory_cgroup_root().context("no cgroup v1 memory controller is mounted")?;
@@ -195,9 +225,12 @@ impl SwapSandbox {
         for _ in 0..1000 {
             let n = NEXT_N.fetch_add(1, Ordering::Relaxed);
             let cgroup = root.join(format!("{CGROUP_PREFIX}{pid}-{n}"));
-            let swapfile = swap_dir.join(format!("{SWAPFILE_PREFIX}{pid}-{n}"));
+            let swapfile = match &spec.swap_device {
+                Some((device, _)) => device.clone(),
+                None => swap_dir.join(format!("{SWAPFILE_PREFIX}{pid}-{n}")),
+            };
             // Stale names from a crashed run with the same pid are skipped.
-            if !path_exists(&cgroup) && !path_exists(&swapfile) {
+            if !path_exists(&cgroup) && (spec.swap_device.is_some() || !path_exists(&swapfile)) {
                 names = Some((cgroup, swapfile));
                 break;
             }
@@ -214,6 +247,7 @@ impl SwapSandbox {
         let inner = Arc::new(Inner {
             cgroup,
             swapfile,
+            device: spec.swap_device.is_some(),
             state: Mutex::new(State::default()),
         });
         register(&inner)?;
@@ -223,7 +257,14 @@ impl SwapSandbox {
             vmstat_at_start: (None, None),
             warnings: Vec::new(),
         };
-        if let Err(err) = sandbox.setup(spec.memory_limit_bytes, swap_bytes, fs_type, &mkswap) {
+        let priority = spec.swap_device.as_ref().map(|(_, p)| *p);
+        if let Err(err) = sandbox.setup(
+            spec.memory_limit_bytes,
+            swap_bytes,
+            fs_type,
+            &mkswap,
+            priority,
+        ) {
             return Err(match sandbox.cleanup() {
                 Ok(()) => err,
                 Err(cleanup_err) => anyhow!(
@@ -242,6 +283,7 @@ impl SwapSandbox {
         swap_bytes: u64,
         fs_type: u32,
         mkswap: &Path,
+        priority: Option<i32>,
     ) -> anyhow::Result<()> {
         let inner = Arc::clone(&self.inner);
         let mut st = inner.lock_state();
@@ -268,24 +310,9 @@ impl SwapSandbox {
         }
 
         let path = &inner.swapfile;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .with_context(|| format!("creating swapfile {}", path.display()))?;
-        st.swapfile_created = true;
-        // Whatever the umask: swap must not be readable by other users.
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("setting mode 0600 on {}", path.display()))?;
-        if fs_type == BTRFS_MAGIC {
-            // btrfs only takes swapfiles that are not copy-on-write; the flag
-            // must be set while the file is empty. Failure shows up at swapon.
-            set_nocow(&file);
+        if !inner.device {
+            create_swapfile(path, swap_bytes, fs_type, &mut st)?;
         }
-        allocate(&file, swap_bytes, path)?;
-        drop(file);
 
         let out = Command::new(mkswap)
             .arg(path)
@@ -304,9 +331,12 @@ impl SwapSandbox {
         }
 
         let c_path = path_cstring(path)?;
+        let flags = priority.map_or(0, |p| {
+            SWAP_FLAG_PREFER | ((p.max(0) << SWAP_FLAG_PRIO_SHIFT) & SWAP_FLAG_PRIO_MASK)
+        });
         // SAFETY: c_path is a valid NUL-terminated path that outlives the
         // call; swapon only reads it.
-        if unsafe { libc::swapon(c_path.as_ptr(), 0) } != 0 {
+        if unsafe { libc::swapon(c_path.as_ptr(), flags) } != 0 {
             let err = io::Error::last_os_error();
             bail!("{}", swapon_error(path, &err, fs_type));
         }
@@ -426,6 +456,21 @@ impl SwapSandbox {
         &self.warnings
     }
 
+    /// Hands machine settings changed for this sandbox's run (zswap's
+    /// parameters, the zram device) to its teardown, which restores them
+    /// after the swap is off, on every path the sandbox itself is removed
+    /// on. A sandbox already torn down restores them at once.
+    pub fn add_restore(&self, guard: Arc<SettingsGuard>) {
+        let mut st = self.inner.lock_state();
+        if st.closed {
+            if let Err(e) = guard.restore() {
+                log(&e);
+            }
+            return;
+        }
+        st.restores.push(guard);
+    }
+
     /// Kills adopted children (and any other task left in the cgroup), turns
     /// the swapfile off, deletes it and removes the cgroup. Every step runs;
     /// all failures are reported. Calling it again retries only what failed.
@@ -446,6 +491,33 @@ impl SwapSandbox {
             ))
         }
     }
+}
+
+/// Creates the swapfile (mode 0600, its blocks allocated), recording it in
+/// `st` as soon as it exists so that teardown deletes it.
+fn create_swapfile(
+    path: &Path,
+    swap_bytes: u64,
+    fs_type: u32,
+    st: &mut State,
+) -> anyhow::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .with_context(|| format!("creating swapfile {}", path.display()))?;
+    st.swapfile_created = true;
+    // Whatever the umask: swap must not be readable by other users.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("setting mode 0600 on {}", path.display()))?;
+    if fs_type == BTRFS_MAGIC {
+        // btrfs only takes swapfiles that are not copy-on-write; the flag
+        // must be set while the file is empty. Failure shows up at swapon.
+        set_nocow(&file);
+    }
+    allocate(&file, swap_bytes, path)
 }
 
 impl Drop for SwapSandbox {
@@ -513,6 +585,16 @@ impl Inner {
                 Err(e) => errors.push(e),
             }
         }
+
+        // Last: a zram device is reset only once its swap is off.
+        let mut kept = Vec::new();
+        for guard in std::mem::take(&mut st.restores) {
+            if let Err(e) = guard.restore() {
+                errors.push(e);
+                kept.push(guard);
+            }
+        }
+        st.restores = kept;
         errors
     }
 }
@@ -722,6 +804,9 @@ pub fn leftover_sandboxes() -> Vec<PathBuf> {
             found.push(swap.path);
         }
     }
+    found.extend(saved_settings::stale_states(Path::new(
+        saved_settings::STATE_DIR,
+    )));
     found
 }
 
@@ -729,7 +814,11 @@ pub fn leftover_sandboxes() -> Vec<PathBuf> {
 /// cgroup, turns stale swapfiles off and deletes them, removes the cgroups.
 /// Returns how many were removed; fails (after trying all) if any could not be.
 pub fn remove_leftovers() -> anyhow::Result<usize> {
-    let leftovers = leftover_sandboxes();
+    let state_dir = Path::new(saved_settings::STATE_DIR);
+    let leftovers: Vec<PathBuf> = leftover_sandboxes()
+        .into_iter()
+        .filter(|p| !p.starts_with(state_dir))
+        .collect();
     let root = memory_cgroup_root();
     let (cgroups, swapfiles): (Vec<PathBuf>, Vec<PathBuf>) = leftovers
         .into_iter()
@@ -757,6 +846,11 @@ pub fn remove_leftovers() -> anyhow::Result<usize> {
             Ok(()) => removed += 1,
             Err(e) => errors.push(e),
         }
+    }
+    // Settings last: a zram device is reset once no task uses its swap.
+    match saved_settings::restore_stale(state_dir) {
+        Ok(n) => removed += n,
+        Err(e) => errors.push(format!("{e:#}")),
     }
     if errors.is_empty() {
         Ok(removed)
@@ -1219,6 +1313,24 @@ fn swap_off(path: &Path) -> Result<(), String> {
             return Ok(());
         }
         return Err(format!("swapoff {}: {err}", path.display()));
+    }
+}
+
+/// The swap areas active now (files and devices, from /proc/swaps).
+pub fn active_swaps() -> io::Result<Vec<PathBuf>> {
+    Ok(read_proc_swaps()?.into_iter().map(|s| s.path).collect())
+}
+
+/// swapoff `path` if it is an active swap area; nothing otherwise.
+pub(crate) fn swap_off_if_active(path: &Path) -> Result<(), String> {
+    let active = read_proc_swaps()
+        .map_err(|e| format!("reading /proc/swaps: {e}"))?
+        .iter()
+        .any(|s| s.path == path);
+    if active {
+        swap_off(path)
+    } else {
+        Ok(())
     }
 }
 

@@ -6,15 +6,20 @@
 //! counters. Besides the pattern workload there is a scan-resistance
 //! workload. Every page is stamped and verified at the end.
 
+pub mod compressed;
 pub mod device_limit;
 pub mod device_ref;
 pub mod histogram;
 pub mod hit_ratio;
 pub mod kernel_swap;
 pub mod page_data;
+pub mod page_text;
 pub mod pattern;
 pub mod report;
 pub mod result;
 pub mod runner;
+pub mod saved_settings;
 pub mod scan_resistance;
 pub mod worker;
+pub mod zram;
+pub mod zswap;

@@ -18,17 +18,42 @@ pub enum Mode {
     Tiermem,
     /// Plain anonymous memory inside a memory cgroup limited to the budget, with swap.
     KernelSwap,
+    /// As `KernelSwap`, with zswap (compressed pages in DRAM in front of
+    /// the swapfile) on for the run.
+    KernelZswap,
+    /// As `KernelSwap`, swapping to a zram device (compressed RAM) instead
+    /// of the swapfile.
+    KernelZram,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Dram, Mode::Tiermem, Mode::KernelSwap];
+    pub const ALL: [Mode; 5] = [
+        Mode::Dram,
+        Mode::Tiermem,
+        Mode::KernelSwap,
+        Mode::KernelZswap,
+        Mode::KernelZram,
+    ];
+    /// The modes run when none are named: the compressed ones change
+    /// machine-wide settings and are run only when asked for.
+    pub const DEFAULT: [Mode; 3] = [Mode::Dram, Mode::Tiermem, Mode::KernelSwap];
 
     pub fn name(self) -> &'static str {
         match self {
             Mode::Dram => "dram",
             Mode::Tiermem => "tiermem",
             Mode::KernelSwap => "kernel-swap",
+            Mode::KernelZswap => "kernel-zswap",
+            Mode::KernelZram => "kernel-zram",
         }
+    }
+
+    /// Whether the mode runs in a memory cgroup with kernel swap.
+    pub fn is_kernel_swap(self) -> bool {
+        matches!(
+            self,
+            Mode::KernelSwap | Mode::KernelZswap | Mode::KernelZram
+        )
     }
 }
 
@@ -39,8 +64,11 @@ impl std::str::FromStr for Mode {
             "dram" => Ok(Mode::Dram),
             "tiermem" => Ok(Mode::Tiermem),
             "kernel-swap" | "swap" => Ok(Mode::KernelSwap),
+            "kernel-zswap" | "zswap" => Ok(Mode::KernelZswap),
+            "kernel-zram" | "zram" => Ok(Mode::KernelZram),
             _ => Err(format!(
-                "unknown mode '{s}': expected dram, tiermem or kernel-swap"
+                "unknown mode '{s}': expected dram, tiermem, kernel-swap, kernel-zswap or \
+                 kernel-zram"
             )),
         }
     }
@@ -115,5 +143,29 @@ impl ModeResult {
         let secs = self.first_touch_s.filter(|s| *s > 0.0)?;
         let pages = self.verify.pages_checked as f64;
         (pages > 0.0).then(|| pages / secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_names_round_trip_and_bad_ones_name_every_mode() {
+        for mode in Mode::ALL {
+            assert_eq!(mode.name().parse::<Mode>(), Ok(mode));
+        }
+        assert_eq!("zswap".parse::<Mode>(), Ok(Mode::KernelZswap));
+        assert_eq!("zram".parse::<Mode>(), Ok(Mode::KernelZram));
+        let err = "kernel-zstd".parse::<Mode>().unwrap_err();
+        assert!(
+            err.contains("'kernel-zstd'")
+                && err.contains("dram, tiermem, kernel-swap, kernel-zswap or kernel-zram"),
+            "{err}"
+        );
+        assert!(!Mode::DEFAULT.contains(&Mode::KernelZswap));
+        assert!(!Mode::DEFAULT.contains(&Mode::KernelZram));
+        let json = serde_json::to_string(&Mode::KernelZram).unwrap();
+        assert_eq!(json, "\"kernel-zram\"");
     }
 }

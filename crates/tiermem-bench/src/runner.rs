@@ -2,9 +2,11 @@
 //! order, each result collected from the worker's JSON events.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use crate::compressed::{self, CompressedOptions, Sampler};
 use crate::kernel_swap::{SandboxSpec, SwapSandbox, MEMORY_STAT_ENV};
 use crate::result::{Mode, ModeResult, VerifyReport};
 use crate::worker::{WorkerEvent, WorkloadSpec};
@@ -21,6 +23,8 @@ pub struct BenchPlan {
     /// CPUs every worker is restricted to, the same for every mode; `None`
     /// leaves placement to the scheduler.
     pub cpus: Option<Placement>,
+    /// Compressors and sizes of kernel-zswap and kernel-zram.
+    pub compressed: CompressedOptions,
 }
 
 /// The CPUs of `--cpus` and why those.
@@ -74,11 +78,13 @@ fn run_mode(
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     let mut sandbox = None;
+    let mut tier = None;
+    let mut notes = Vec::new();
     match mode {
         Mode::Tiermem => {
             cmd.envs(plan.tiermem.to_env());
         }
-        Mode::KernelSwap => {
+        Mode::KernelSwap | Mode::KernelZswap | Mode::KernelZram => {
             SwapSandbox::availability().map_err(|why| anyhow::anyhow!(why))?;
             let swap_dir = swap_dir_for(&plan.tiermem.backing);
             let spec = SandboxSpec {
@@ -88,8 +94,21 @@ fn run_mode(
                     + plan.workload.working_set_bytes / 8
                     + (256 << 20),
                 swap_dir,
+                swap_device: None,
             };
-            let sb = SwapSandbox::create(&spec)?;
+            let sb = if mode == Mode::KernelSwap {
+                SwapSandbox::create(&spec)?
+            } else {
+                let built = compressed::create(
+                    mode,
+                    &spec,
+                    plan.workload.working_set_bytes,
+                    &plan.compressed,
+                )?;
+                tier = Some(built.tier);
+                notes = built.notes;
+                built.sandbox
+            };
             sb.configure_command(&mut cmd);
             // The worker counts its major faults in the cgroup's memory.stat.
             cmd.env(MEMORY_STAT_ENV, sb.memory_stat_path());
@@ -106,6 +125,8 @@ fn run_mode(
     if let Some(sb) = &sandbox {
         sb.adopt_child(child.id() as i32);
     }
+    // Sampled while the worker lives: its swapped pages go when it exits.
+    let sampler = tier.map(Sampler::start);
     let stdout = child
         .stdout
         .take()
@@ -122,11 +143,37 @@ fn run_mode(
         }
     }
     let status = child.wait()?;
+    let tier_stats = sampler.map(Sampler::finish);
     let mut result = match (result, failure) {
         (Some(r), _) => r,
         (None, Some(msg)) => anyhow::bail!("{msg}"),
+        (None, None) if mode.is_kernel_swap() && status.signal() == Some(libc::SIGKILL) => {
+            anyhow::bail!(
+                "the worker died without a result ({status}): most likely the memory \
+                 cgroup's OOM killer (see dmesg), which reclaim into fast, compressed swap \
+                 can leave behind in a budget of a few tens of MiB; try a larger --dram"
+            )
+        }
         (None, None) => anyhow::bail!("the worker died without a result ({status})"),
     };
+    result.notes.extend(notes);
+    if mode == Mode::KernelZswap {
+        // A load from zswap's pool is no swap-in in /proc/vmstat, so
+        // pswpin counts only what came from the swapfile: no measure of
+        // read-ahead here.
+        if let Some(h) = &mut result.hit_ratio {
+            if h.device_reads.take().is_some() {
+                h.ratio_read_ahead_as_miss = None;
+                result.notes.push(
+                    "no \"RA = miss\" ratio: pswpin does not count loads from zswap's pool".into(),
+                );
+            }
+        }
+    }
+    if let Some((counters, line)) = tier_stats {
+        result.counters.extend(counters);
+        result.notes.push(line);
+    }
     if let Some(mut sb) = sandbox {
         result.notes.extend(sb.warnings().iter().cloned());
         if let Ok(stats) = sb.stats() {

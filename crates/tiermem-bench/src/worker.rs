@@ -589,7 +589,7 @@ pub fn worker_main(mode: Mode, spec: &WorkloadSpec) -> i32 {
                 spec,
                 &AnonymousSet::new(spec.working_set_bytes, None)?,
             ),
-            Mode::KernelSwap => {
+            Mode::KernelSwap | Mode::KernelZswap | Mode::KernelZram => {
                 let memory_stat = kernel_swap_memory_stat()?;
                 let set = AnonymousSet::new(spec.working_set_bytes, Some(memory_stat))?;
                 run_workload(mode, spec, &set)

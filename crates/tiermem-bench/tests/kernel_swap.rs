@@ -72,6 +72,7 @@ fn spec(limit_mib: u64, swap_mib: u64, dir: &Path) -> SandboxSpec {
         memory_limit_bytes: limit_mib * MIB,
         swap_bytes: swap_mib * MIB,
         swap_dir: dir.to_path_buf(),
+        swap_device: None,
     }
 }
 

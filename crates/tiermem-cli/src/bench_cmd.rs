@@ -20,6 +20,7 @@ use tiermem_core::cpus::{format_cpu_list, CpuChoice};
 use tiermem_core::{parse_size, Config, FaultDelivery, PolicyKind};
 
 use crate::bench_suite;
+use crate::compressed_args::CompressedArgs;
 
 /// Working set of the pattern workload when `--working-set` is not given.
 const DEFAULT_WORKING_SET: &str = "1G";
@@ -35,6 +36,26 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 ///   kernel-swap  plain memory in a cgroup-v1 memory cgroup limited to the
 ///                budget, with a swapfile on the backing store's filesystem
 ///                (needs root; removed on every exit path, Ctrl-C included).
+///   kernel-zswap kernel-swap with zswap on for the run: pages the cgroup
+///                swaps out are compressed into a DRAM pool first and
+///                written to the swapfile only when the pool is full
+///                (--zswap-compressor, --zswap-max-pool-percent).
+///   kernel-zram  the same cgroup, swapping to /dev/zram0, compressed RAM,
+///                instead of the swapfile (--zram-compressor, --zram-size).
+/// The default is dram,tiermem,kernel-swap. The two compressed modes are
+/// run only when named: they need root, change machine-wide settings for
+/// the run, and refuse to run while another swap area is active or zram0
+/// is in use. Every setting they change (zswap's enabled, compressor and
+/// max_pool_percent; zram0's comp_algorithm, disksize and contents; a
+/// debugfs they mount for zswap's statistics) is saved first in
+/// /run/tiermem-bench and put back on every exit path, Ctrl-C included;
+/// after a run killed outright, the next compressed run puts it back. They
+/// report the tier at its fullest, read every 0.1 s while the worker runs:
+/// zswap's stored pages, pool size, pages written back and rejected, and
+/// ratio = stored pages x 4096 / pool bytes (from debugfs); zram's mm_stat
+/// (orig_data_size, compr_data_size, mem_used_total) and ratio =
+/// orig_data_size / mem_used_total. Use --data text or mixed with them:
+/// random pages do not compress, zero pages cost nothing.
 ///
 /// Workloads (--workload):
 ///   pattern          (default) threads access one word of pages drawn from
@@ -96,11 +117,20 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// Every page is stamped before the run and verified after it: lost or
 /// corrupted pages are reported, and the exit status is 3 if there are any.
 ///
-/// Page contents (--data): every page is filled with `random` bytes
-/// (incompressible; the default) or left `zero` beyond its stamp words, and
-/// verification compares every word of every page. The contents are named
-/// in every report: a pager that compresses or drops zero pages is
-/// flattered by zeros.
+/// Page contents (--data), beyond each page's stamp words (its first two and
+/// last 8-byte words):
+///   random  pseudo-random bytes, incompressible (the default);
+///   zero    left zero;
+///   text    English-like text: Zipf-skewed words and recurring phrases
+///           from a fixed vocabulary of 800 words, with spaces and
+///           punctuation; LZ4 compresses a 4 KiB page about 2.4x;
+///   mixed   a fixed mix per page, drawn from the page number: 10% zero,
+///           10% same-filled (one nonzero 8-byte word repeated), 50% text,
+///           30% random.
+/// Every word of every page is a function of the page number and the word's
+/// place, and verification compares every word of every page. The contents
+/// are named in every report: a pager that compresses or drops zero pages
+/// is flattered by zeros and is measured fairly only on text or mixed.
 ///
 /// First touch: filling the whole working set, in order, on one thread,
 /// before the warm-up, is timed and reported as "first touch" pages/s.
@@ -119,11 +149,13 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// verifying 2 GiB per mode and case).
 ///
 /// Examples:
-///   tiermem bench                                   (1 GiB in 256 MiB, all modes)
+///   tiermem bench                                   (1 GiB in 256 MiB, dram, tiermem, kernel-swap)
 ///   tiermem bench --suite --dram 512M               (2 GiB in 512 MiB, the matrix)
 ///   tiermem bench --working-set 4G --dram 1G --read-ratio 0 --duration 30
 ///   tiermem bench --pattern zipf:0.99 --threads 2 --modes tiermem,kernel-swap --json
 ///   tiermem bench --workload scan-resistance --dram 256M --policy s3fifo
+///   tiermem bench --modes kernel-swap,kernel-zswap,kernel-zram --data text \
+///       --working-set 1G --dram 256M
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct BenchArgs {
@@ -173,7 +205,9 @@ pub struct BenchArgs {
     /// [default: uniform].
     #[arg(long)]
     pattern: Option<String>,
-    /// Page contents: random (incompressible) or zero (see above).
+    /// Page contents: random (incompressible), zero, text (compresses
+    /// about 2.4x with LZ4) or mixed (10% zero, 10% same-filled, 50% text,
+    /// 30% random pages); see above.
     #[arg(long, value_enum, default_value_t = DataArg::Random)]
     data: DataArg,
     /// Run the random-access matrix against kernel swap (see above).
@@ -185,9 +219,12 @@ pub struct BenchArgs {
     /// Seconds of unmeasured accesses before measuring (after stamping).
     #[arg(long, default_value_t = 2.0)]
     warmup: f64,
-    /// Comma-separated modes (default: all available).
+    /// Comma-separated modes: dram, tiermem, kernel-swap, kernel-zswap,
+    /// kernel-zram [default: dram,tiermem,kernel-swap] (see above).
     #[arg(long, value_delimiter = ',')]
     modes: Vec<Mode>,
+    #[command(flatten)]
+    compressed: CompressedArgs,
     /// Skip the quick measurement of the backing device: its QD1 4 KiB read
     /// latency (every run) and, for --pattern sequential, its sequential
     /// read bandwidth.
@@ -218,6 +255,10 @@ enum DataArg {
     Random,
     /// Zeros beyond the stamp words.
     Zero,
+    /// English-like text, about 2.4x with LZ4.
+    Text,
+    /// 10% zero, 10% same-filled, 50% text, 30% random pages.
+    Mixed,
 }
 
 impl From<DataArg> for PageData {
@@ -225,6 +266,8 @@ impl From<DataArg> for PageData {
         match d {
             DataArg::Random => PageData::Random,
             DataArg::Zero => PageData::Zero,
+            DataArg::Text => PageData::Text,
+            DataArg::Mixed => PageData::Mixed,
         }
     }
 }
@@ -265,10 +308,11 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         .parse::<tiermem_bench::pattern::Pattern>()
         .map_err(anyhow::Error::msg)?;
     let modes = if args.modes.is_empty() {
-        Mode::ALL.to_vec()
+        Mode::DEFAULT.to_vec()
     } else {
         args.modes.clone()
     };
+    let compressed = args.compressed.options()?;
     let exe = std::env::current_exe().context("locating the tiermem binary")?;
     let cpus = match &args.cpus {
         Some(choice) => {
@@ -296,6 +340,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         tiermem,
         worker: (exe, vec!["__bench-worker".into()]),
         cpus,
+        compressed,
     })
 }
 

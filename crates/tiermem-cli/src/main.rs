@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod bench_suite;
+mod compressed_args;
 mod device_cmd;
 mod format_cmd;
 mod probe_cmd;

@@ -8,6 +8,7 @@
 //! and byte-compared, then `redis-benchmark` measures GET and SET, and
 //! finally `DBSIZE` checks that no key disappeared.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -22,10 +23,13 @@ use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use tiermem_bench::compressed::{self, CompressedOptions, Sampler};
 use tiermem_bench::kernel_swap::{self, CgroupStats, SandboxSpec, SwapSandbox};
 use tiermem_bench::report::human_bytes;
 use tiermem_bench::result::Mode;
 use tiermem_core::parse_size;
+
+use crate::compressed_args::CompressedArgs;
 
 /// Where libtiermem.so is, overriding the search next to the binary.
 const ENV_LIB: &str = "TIERMEM_LIB";
@@ -70,7 +74,16 @@ static NEXT_LOG: AtomicU64 = AtomicU64::new(0);
 ///                tiered with the DRAM budget over the backing store;
 ///   kernel-swap  redis-server in a cgroup-v1 memory cgroup limited to the
 ///                budget, with a swapfile on the backing store's filesystem
-///                (needs root; removed on every exit path, Ctrl-C included).
+///                (needs root; removed on every exit path, Ctrl-C included);
+///   kernel-zswap kernel-swap with zswap on for the run (--zswap-compressor,
+///                --zswap-max-pool-percent);
+///   kernel-zram  the same cgroup, swapping to /dev/zram0 instead of the
+///                swapfile (--zram-compressor, --zram-size).
+/// The compressed modes run only when named, as root, while no other swap
+/// area is active and zram0 is unused; every setting they change is put
+/// back on every exit path (see `tiermem bench --help`). Their JSON has
+/// the tier's statistics at its fullest (`compressed`: zswap_* or zram_*
+/// counters with the compression ratio), and a note says the same.
 ///
 /// The table gives load time, GET and SET requests/s, their ratios to
 /// kernel swap and to DRAM, and lost keys; below it come tiermem's own
@@ -124,6 +137,8 @@ pub struct RedisBenchArgs {
     /// The redis-benchmark to run (default: redis-benchmark in PATH).
     #[arg(long, value_name = "PATH")]
     redis_benchmark: Option<PathBuf>,
+    #[command(flatten)]
+    compressed: CompressedArgs,
 }
 
 /// Everything resolved before the first server starts.
@@ -141,6 +156,8 @@ struct Plan {
     redis_benchmark: PathBuf,
     #[serde(skip)]
     modes: Vec<Mode>,
+    #[serde(skip)]
+    compressed: CompressedOptions,
 }
 
 #[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
@@ -211,6 +228,10 @@ struct RunResult {
     /// The cgroup's counters before shutdown (kernel-swap mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     cgroup: Option<CgroupStats>,
+    /// The compressed tier at its fullest (kernel-zswap, kernel-zram):
+    /// zswap_* or zram_* counters, the compression ratio among them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compressed: Option<BTreeMap<String, f64>>,
 }
 
 impl RunResult {
@@ -232,7 +253,7 @@ pub fn run(args: &RedisBenchArgs) -> anyhow::Result<i32> {
     // Ctrl-C, SIGTERM and SIGHUP remove a live kernel-swap sandbox; servers
     // die with us through PR_SET_PDEATHSIG.
     if let Err(e) = kernel_swap::install_signal_cleanup() {
-        if plan.modes.contains(&Mode::KernelSwap) {
+        if plan.modes.iter().any(|m| m.is_kernel_swap()) {
             return Err(e);
         }
     }
@@ -334,7 +355,9 @@ fn make_plan(args: &RedisBenchArgs) -> anyhow::Result<Plan> {
         }
     }
     if modes.is_empty() {
-        bail!("--modes is empty: give some of dram, tiermem, kernel-swap");
+        bail!(
+            "--modes is empty: give some of dram, tiermem, kernel-swap, kernel-zswap, kernel-zram"
+        );
     }
     let redis_server = find_tool(
         args.redis_server.as_deref(),
@@ -364,6 +387,7 @@ fn make_plan(args: &RedisBenchArgs) -> anyhow::Result<Plan> {
         redis_server_version,
         redis_benchmark,
         modes,
+        compressed: args.compressed.options()?,
     })
 }
 
@@ -409,13 +433,13 @@ fn run_mode(plan: &Plan, mode: Mode, library: Option<&Path>, show_bars: bool) ->
         notes: Vec::new(),
     };
     let outcome = match mode {
-        Mode::KernelSwap => {
+        Mode::KernelSwap | Mode::KernelZswap | Mode::KernelZram => {
             if let Err(why) = SwapSandbox::availability() {
                 report.status = Status::Skipped;
                 report.reason = Some(why);
                 return report;
             }
-            run_kernel_swap(plan, show_bars, &mut report.notes)
+            run_kernel_swap(plan, mode, show_bars, &mut report.notes)
         }
         Mode::Tiermem => match library {
             Some(lib) => session(plan, mode, Launch::Tiermem(lib), show_bars),
@@ -438,6 +462,7 @@ fn run_mode(plan: &Plan, mode: Mode, library: Option<&Path>, show_bars: bool) ->
 /// it then; signals are handled by its signal thread).
 fn run_kernel_swap(
     plan: &Plan,
+    mode: Mode,
     show_bars: bool,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<RunResult> {
@@ -455,10 +480,27 @@ fn run_kernel_swap(
         // The values, Redis' per-key overhead and allocator slack.
         swap_bytes: plan.dataset_bytes.saturating_mul(2) + (512 << 20),
         swap_dir,
+        swap_device: None,
     };
-    let mut sandbox = SwapSandbox::create(&spec).context("setting up kernel swap")?;
+    let (mut sandbox, tier) = if mode == Mode::KernelSwap {
+        let sandbox = SwapSandbox::create(&spec).context("setting up kernel swap")?;
+        (sandbox, None)
+    } else {
+        let built = compressed::create(mode, &spec, plan.dataset_bytes * 2, &plan.compressed)
+            .with_context(|| format!("setting up {}", mode.name()))?;
+        notes.extend(built.notes);
+        (built.sandbox, Some(built.tier))
+    };
     notes.extend(sandbox.warnings().iter().cloned());
-    let result = session(plan, Mode::KernelSwap, Launch::Sandbox(&sandbox), show_bars);
+    // Sampled while the server lives: its swapped pages go when it exits.
+    let sampler = tier.map(Sampler::start);
+    let mut result = session(plan, mode, Launch::Sandbox(&sandbox), show_bars);
+    if let Some((counters, line)) = sampler.map(Sampler::finish) {
+        notes.push(line);
+        if let Ok(r) = &mut result {
+            r.compressed = Some(counters);
+        }
+    }
     let cleaned = sandbox.cleanup();
     match (result, cleaned) {
         (Ok(r), Ok(())) => Ok(r),

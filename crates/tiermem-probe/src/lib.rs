@@ -279,6 +279,7 @@ fn run_kernel_swap(args: &ProbeArgs, mut worker: Command) -> anyhow::Result<Repo
         memory_limit_bytes: limit,
         swap_bytes: region + (64 << 20),
         swap_dir,
+        swap_device: None,
     })?;
     let spec = WorkerSpec {
         target: Target::KernelSwap,

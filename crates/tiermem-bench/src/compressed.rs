@@ -1,0 +1,290 @@
+//! The kernel's compressed swap tiers as anchor modes, each in the same
+//! memory cgroup as `kernel-swap`:
+//!
+//! * `kernel-zswap`: the same swapfile on the same device, with zswap (a
+//!   compressed cache in front of swap) switched on for the run;
+//! * `kernel-zram`: swap on a zram device (compressed RAM) instead of the
+//!   swapfile.
+//!
+//! Both change machine-wide settings, so both refuse to run while any other
+//! swap area is active (their settings would reach it, and its pages would
+//! blur their figures), first restoring what a killed run left changed.
+//! Their statistics are sampled while the program runs, since the kernel
+//! frees a process's swapped pages when it exits.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use crate::kernel_swap::{self, SandboxSpec, SwapSandbox};
+use crate::result::Mode;
+use crate::saved_settings::STATE_DIR;
+use crate::zram::{self, MmStat, ZramOptions};
+use crate::zswap::{self, ZswapOptions};
+
+/// How often the tier's statistics are read while the program runs.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// The options of both compressed modes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompressedOptions {
+    pub zswap: ZswapOptions,
+    pub zram: ZramOptions,
+}
+
+/// Where a compressed mode's statistics come from.
+#[derive(Clone, Debug)]
+pub enum Tier {
+    /// zswap's debugfs directory (`None`: debugfs could not be had).
+    Zswap {
+        stats: Option<PathBuf>,
+        compressor: String,
+    },
+    /// The zram device's sysfs directory.
+    Zram { sysfs: PathBuf, compressor: String },
+}
+
+/// A swap sandbox with a compressed tier set up for it.
+pub struct CompressedSwap {
+    pub sandbox: SwapSandbox,
+    pub tier: Tier,
+    /// What to keep in mind when reading the mode's figures.
+    pub notes: Vec<String>,
+}
+
+/// Builds `mode`'s sandbox from `base` (the kernel-swap sandbox of the same
+/// run) with its tier. Everything changed is restored when the sandbox is
+/// removed, on every path (see `kernel_swap`).
+pub fn create(
+    mode: Mode,
+    base: &SandboxSpec,
+    working_set_bytes: u64,
+    options: &CompressedOptions,
+) -> anyhow::Result<CompressedSwap> {
+    SwapSandbox::availability().map_err(|why| anyhow::anyhow!(why))?;
+    let mut notes = Vec::new();
+    match kernel_swap::remove_leftovers() {
+        Ok(0) => {}
+        Ok(n) => notes.push(format!(
+            "restored {n} leftover(s) of a killed run first (swap, cgroups, settings)"
+        )),
+        Err(e) => return Err(e).context("restoring what a killed run left behind"),
+    }
+    let swaps = kernel_swap::active_swaps().context("reading /proc/swaps")?;
+    if !swaps.is_empty() {
+        bail!(
+            "another swap area is active ({}): {} changes machine-wide swap, so it runs \
+             only while no other swap is on (swapoff it, or leave the mode out)",
+            swaps
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            mode.name()
+        );
+    }
+    let state_dir = Path::new(STATE_DIR);
+    match mode {
+        Mode::KernelZswap => {
+            let crypto = std::fs::read_to_string("/proc/crypto").context("reading /proc/crypto")?;
+            let offered = zswap::offered_compressors(&crypto);
+            // Checked before the sandbox exists, so a typo costs nothing.
+            zswap::check_compressor(&options.zswap.compressor, &offered)?;
+            let sandbox = SwapSandbox::create(base)?;
+            let guard = Arc::new(zswap::enable(
+                Path::new(zswap::PARAMS_DIR),
+                state_dir,
+                &options.zswap,
+                &offered,
+            )?);
+            sandbox.add_restore(Arc::clone(&guard));
+            let stats = match zswap::stats_dir(Path::new(zswap::DEBUGFS), &guard) {
+                Ok(dir) => Some(dir),
+                Err(e) => {
+                    notes.push(format!("no zswap statistics: {e:#}"));
+                    None
+                }
+            };
+            Ok(CompressedSwap {
+                sandbox,
+                tier: Tier::Zswap {
+                    stats,
+                    compressor: options.zswap.compressor.clone(),
+                },
+                notes,
+            })
+        }
+        Mode::KernelZram => {
+            let sysfs = PathBuf::from(zram::SYSFS);
+            let device = PathBuf::from(zram::DEVICE);
+            zram::check_free(&sysfs, &device, &swaps)?;
+            let disksize = options
+                .zram
+                .disksize
+                .unwrap_or_else(|| zram::default_disksize(working_set_bytes));
+            let guard = Arc::new(zram::prepare(
+                &sysfs,
+                &device,
+                state_dir,
+                &options.zram,
+                disksize,
+            )?);
+            let spec = SandboxSpec {
+                swap_bytes: disksize,
+                swap_device: Some((device, zram::SWAP_PRIORITY)),
+                ..base.clone()
+            };
+            // On failure the guard, dropped here, resets the device.
+            let sandbox = SwapSandbox::create(&spec)?;
+            sandbox.add_restore(guard);
+            notes.push(format!(
+                "zram device of {} MiB (uncompressed)",
+                disksize >> 20
+            ));
+            Ok(CompressedSwap {
+                sandbox,
+                tier: Tier::Zram {
+                    sysfs,
+                    compressor: options.zram.compressor.clone(),
+                },
+                notes,
+            })
+        }
+        other => bail!("{} is not a compressed mode", other.name()),
+    }
+}
+
+/// One reading of a tier's statistics.
+#[derive(Clone, Debug)]
+enum Sample {
+    Zswap(BTreeMap<String, u64>),
+    Zram(MmStat),
+}
+
+impl Sample {
+    /// How much the tier holds: what "at its fullest" is judged by.
+    fn weight(&self) -> u64 {
+        match self {
+            Sample::Zswap(stats) => stats.get("stored_pages").copied().unwrap_or(0),
+            Sample::Zram(stat) => stat.orig_data_size,
+        }
+    }
+}
+
+impl Tier {
+    fn sample(&self) -> anyhow::Result<Sample> {
+        match self {
+            Tier::Zswap { stats: None, .. } => bail!("no zswap statistics"),
+            Tier::Zswap {
+                stats: Some(dir), ..
+            } => Ok(Sample::Zswap(zswap::read_stats(dir)?)),
+            Tier::Zram { sysfs, .. } => Ok(Sample::Zram(MmStat::read(sysfs)?)),
+        }
+    }
+}
+
+/// Reads a tier's statistics every `SAMPLE_EVERY` from `start` to
+/// `finish`, keeping the first, the fullest and the last reading.
+pub struct Sampler {
+    tier: Tier,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Readings>>,
+}
+
+#[derive(Default)]
+struct Readings {
+    first: Option<Sample>,
+    fullest: Option<Sample>,
+    last: Option<Sample>,
+    error: Option<String>,
+}
+
+impl Readings {
+    fn take(&mut self, tier: &Tier) {
+        match tier.sample() {
+            Ok(s) => {
+                if self.first.is_none() {
+                    self.first = Some(s.clone());
+                }
+                let fuller = match &self.fullest {
+                    Some(f) => s.weight() > f.weight(),
+                    None => true,
+                };
+                if fuller {
+                    self.fullest = Some(s.clone());
+                }
+                self.last = Some(s);
+            }
+            Err(e) => self.error = Some(format!("{e:#}")),
+        }
+    }
+}
+
+impl Sampler {
+    /// Takes the first reading now (before the program runs) and starts
+    /// the thread that takes the others.
+    pub fn start(tier: Tier) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut readings = Readings::default();
+        readings.take(&tier);
+        let thread = {
+            let tier = tier.clone();
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("tiermem-tier-stats".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(SAMPLE_EVERY);
+                        readings.take(&tier);
+                    }
+                    readings
+                })
+                .ok()
+        };
+        Sampler { tier, stop, thread }
+    }
+
+    /// Stops sampling. Returns the run's counters (zswap_* or zram_*, the
+    /// compression ratio among them) and a line for the report.
+    pub fn finish(mut self) -> (BTreeMap<String, f64>, String) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut readings = match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            _ => Readings::default(),
+        };
+        readings.take(&self.tier);
+        match (&self.tier, readings.first, readings.fullest, readings.last) {
+            (Tier::Zswap { compressor, .. }, Some(first), Some(full), Some(last)) => {
+                let (Sample::Zswap(first), Sample::Zswap(full), Sample::Zswap(last)) =
+                    (first, full, last)
+                else {
+                    return (BTreeMap::new(), "mixed-up tier statistics".into());
+                };
+                let counters = zswap::run_counters(&first, &full, &last);
+                let line = zswap::describe(&counters, compressor);
+                (counters, line)
+            }
+            (Tier::Zram { compressor, .. }, _, Some(Sample::Zram(full)), _) => {
+                (full.counters(), full.describe(compressor))
+            }
+            _ => (
+                BTreeMap::new(),
+                format!(
+                    "no statistics of the compressed tier: {}",
+                    readings.error.unwrap_or_else(|| "none read".into())
+                ),
+            ),
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

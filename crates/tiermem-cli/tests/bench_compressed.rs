@@ -1,0 +1,130 @@
+//! `tiermem bench` with the kernel's compressed tiers, kernel-zswap and
+//! kernel-zram, run for real: pages must be stored compressed, every page
+//! verified, and every setting the modes changed must be back afterwards,
+//! with no swap left on. One test in its own binary, as the modes refuse
+//! to run while another test's swapfile is on.
+
+use std::path::Path;
+use std::process::Command;
+
+const ZSWAP: &str = "/sys/module/zswap/parameters";
+const ZRAM: &str = "/sys/block/zram0";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Every zswap parameter and zram0 attribute the modes touch, and the
+/// mounts and swaps, as they are now.
+fn machine_settings() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for dir in [ZSWAP, ZRAM] {
+        for name in [
+            "enabled",
+            "compressor",
+            "max_pool_percent",
+            "shrinker_enabled",
+            "accept_threshold_percent",
+            "comp_algorithm",
+            "disksize",
+            "initstate",
+        ] {
+            let path = Path::new(dir).join(name);
+            if let Ok(v) = std::fs::read_to_string(&path) {
+                out.push((path.display().to_string(), v.trim().to_string()));
+            }
+        }
+    }
+    let debugfs_mounted = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/kernel/debug"));
+    out.push(("debugfs mounted".into(), debugfs_mounted.to_string()));
+    out
+}
+
+fn active_swaps() -> Vec<String> {
+    std::fs::read_to_string("/proc/swaps")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn zswap_and_zram_store_pages_compressed_and_leave_the_machine_as_it_was() {
+    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        eprintln!("skipped: needs root and the cgroup v1 memory controller");
+        return;
+    }
+    let before = machine_settings();
+    let out = Command::new(env!("CARGO_BIN_EXE_tiermem"))
+        .args([
+            "bench",
+            "--modes",
+            "kernel-zswap,kernel-zram",
+            "--data",
+            "text",
+        ])
+        .args(["--working-set", "256M", "--dram", "64M"])
+        .args(["--duration", "1", "--warmup", "0.2"])
+        .args(["--no-device-check", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(machine_settings(), before, "settings not restored");
+    assert!(
+        active_swaps().is_empty(),
+        "swap left on: {:?}",
+        active_swaps()
+    );
+    assert!(out.status.success(), "bench failed: {stdout}\n{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(json["workload"]["data"], "text", "{stdout}");
+    let results = json["results"].as_array().unwrap();
+    let mode = |name: &str| {
+        results
+            .iter()
+            .find(|r| r["mode"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+    };
+    for (name, stored, ratio) in [
+        (
+            "kernel-zswap",
+            "zswap_stored_pages",
+            "zswap_compression_ratio",
+        ),
+        (
+            "kernel-zram",
+            "zram_orig_data_size",
+            "zram_compression_ratio",
+        ),
+    ] {
+        let r = mode(name);
+        assert!(
+            r["accesses"].as_u64().unwrap_or(0) > 0,
+            "{name} did not run: {r}"
+        );
+        let v = &r["verify"];
+        assert_eq!(v["pages_checked"].as_u64(), Some(256 * 256), "{name}: {v}");
+        assert_eq!(v["lost"].as_u64(), Some(0), "{name}: {v}");
+        assert_eq!(v["corrupted"].as_u64(), Some(0), "{name}: {v}");
+        let counters = &r["counters"];
+        assert!(
+            counters[stored].as_f64().unwrap_or(0.0) > 0.0,
+            "{name} stored nothing: {counters}"
+        );
+        // Text compresses about 2.4x with LZ4; lzo-rle and lz4 land near.
+        let got = counters[ratio].as_f64().unwrap_or(0.0);
+        assert!((1.5..6.0).contains(&got), "{name}: ratio {got}: {counters}");
+        assert!(
+            r["notes"].as_array().is_some_and(|n| n
+                .iter()
+                .any(|n| n.as_str().is_some_and(|n| n.contains("ratio")))),
+            "{name}: no note on the tier: {r}"
+        );
+    }
+}
