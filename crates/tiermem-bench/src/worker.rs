@@ -263,6 +263,9 @@ fn run_pattern_workload(
     stamp_pages(&pages, 0..count);
     let first_touch_s = first_touch.elapsed().as_secs_f64();
     let measured = measure(&pages, set, &pattern, spec);
+    // Before verification, which reads every page back and so empties
+    // tiermem's compressed pool: the notes describe the measured phase.
+    let notes = set.notes();
     let verify = verify_with_progress(&pages);
     let accesses = measured.reads + measured.writes;
     let mut result = ModeResult {
@@ -279,7 +282,7 @@ fn run_pattern_workload(
         hit_ratio: None,
         scan_resistance: None,
         counters: set.counters().into_iter().collect(),
-        notes: set.notes(),
+        notes,
         first_touch_s: Some(first_touch_s),
     };
     match measured.misses {
@@ -547,6 +550,18 @@ impl WorkingSet for TiermemSet {
             // miss latency minus these is the userfaultfd round trip.
             ("page_in_p50_ns", s.page_in_latency.p50_ns),
             ("read_p50_ns", s.read_latency.p50_ns),
+            // The compressed tier (all zero when it is off).
+            ("compressed_pages", s.compressed_pages),
+            ("compressed_bytes", s.compressed_bytes),
+            ("pool_bytes", s.pool_bytes),
+            ("compressed_stores", s.compressed_stores),
+            ("same_filled_pages", s.same_filled_pages),
+            ("compress_rejected", s.compress_rejected),
+            ("compressed_writebacks", s.compressed_writebacks),
+            ("compressed_hits", s.compressed_hits),
+            ("compaction_moves", s.compaction_moves),
+            ("compressed_hit_p50_ns", s.compressed_hit_latency.p50_ns),
+            ("compressed_hit_p99_ns", s.compressed_hit_latency.p99_ns),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v as f64))
@@ -554,7 +569,11 @@ impl WorkingSet for TiermemSet {
     }
 
     fn notes(&self) -> Vec<String> {
-        vec![format!("page reads: {}", self.rt.stats().io_engine)]
+        let s = self.rt.stats();
+        vec![
+            format!("page reads: {}", s.io_engine),
+            compressed_note(&s, self.rt.config()),
+        ]
     }
 
     fn miss_counters(&self) -> anyhow::Result<MissCounters> {
@@ -564,6 +583,31 @@ impl WorkingSet for TiermemSet {
             prefetch_issued: stats.prefetch_issued,
         })
     }
+}
+
+/// What tiermem's compressed tier held and served, for the report.
+fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> String {
+    if !config.compress.is_on() {
+        return "compressed tier: off".into();
+    }
+    format!(
+        "compressed tier ({}, at most {}% of the budget): {} pages in {:.1} MiB after the measured phase \
+         ({:.0}% of it objects), ratio {:.2}x; \
+         {} stored ({} same-filled), {} rejected, {} written back; {} hits, p50 {:.1} us, p99 {:.1} us",
+        s.compression,
+        config.compress.share_percent,
+        s.compressed_pages,
+        s.pool_bytes as f64 / (1 << 20) as f64,
+        100.0 * s.compressed_bytes as f64 / s.pool_bytes.max(1) as f64,
+        s.compression_ratio(),
+        s.compressed_stores,
+        s.same_filled_pages,
+        s.compress_rejected,
+        s.compressed_writebacks,
+        s.compressed_hits,
+        s.compressed_hit_latency.p50_ns as f64 / 1000.0,
+        s.compressed_hit_latency.p99_ns as f64 / 1000.0,
+    )
 }
 
 /// The kernel-swap worker's `memory.stat`, which the parent names in the

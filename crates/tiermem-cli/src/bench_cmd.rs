@@ -15,9 +15,10 @@ use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
 use tiermem_bench::scan_resistance::ScanShape;
 use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
+use tiermem_core::compress::settings::{ENV_COMPRESS, ENV_COMPRESS_SHARE};
 use tiermem_core::cpuidle::IdleWait;
 use tiermem_core::cpus::{format_cpu_list, CpuChoice};
-use tiermem_core::{parse_size, Config, FaultDelivery, PolicyKind};
+use tiermem_core::{parse_size, CompressSettings, Config, FaultDelivery, PolicyKind};
 
 use crate::bench_suite;
 use crate::compressed_args::CompressedArgs;
@@ -194,6 +195,20 @@ pub struct BenchArgs {
         env = "TIERMEM_FAULTS"
     )]
     faults: FaultDelivery,
+    /// tiermem's compressed tier: `lz4` keeps evicted pages compressed in
+    /// DRAM, within the budget, before the store; `off` sends them
+    /// straight to the store. What it gains depends on --data.
+    #[arg(
+        long,
+        value_name = "lz4|off",
+        default_value = "lz4",
+        env = "TIERMEM_COMPRESS"
+    )]
+    compress: String,
+    /// The most of the budget tiermem's compressed pool may take, in
+    /// percent (1-90).
+    #[arg(long, value_name = "PERCENT", default_value_t = tiermem_core::compress::settings::DEFAULT_SHARE_PERCENT, env = "TIERMEM_COMPRESS_SHARE")]
+    compress_share: u32,
     /// Application threads accessing the working set [default: 1]
     /// (scan-resistance: 1).
     #[arg(long)]
@@ -295,7 +310,12 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
     if let Some(n) = args.handler_threads {
         builder = builder.handler_threads(n);
     }
-    let tiermem = builder.faults(args.faults).build()?;
+    let compress = CompressSettings::from_lookup(&|var| match var {
+        ENV_COMPRESS => Some(args.compress.clone()),
+        ENV_COMPRESS_SHARE => Some(args.compress_share.to_string()),
+        _ => None,
+    })?;
+    let tiermem = builder.faults(args.faults).compress(compress).build()?;
     let (workload, working_set) = workload_and_working_set(args, &tiermem)?;
     anyhow::ensure!(
         working_set >= page_size,

@@ -193,9 +193,10 @@ fn every_kind_of_page_survives_the_pool_and_the_store_byte_for_byte() {
         "every_kind_of_page_survives_the_pool_and_the_store_byte_for_byte",
         HANG_LIMIT,
     );
-    // 32 MiB in an 8 MiB budget, the pool at most half of it: text and
-    // same-filled pages overflow the pool, so it writes back to the store.
-    let rt = runtime(8 << 20, lz4(50));
+    // 32 MiB in an 8 MiB budget, the pool at most a fifth of it: the
+    // text and same-filled pages (16 MiB, about 4 MiB compressed)
+    // overflow the pool, so it writes back to the store.
+    let rt = runtime(8 << 20, lz4(20));
     let mut region = Region::new(&rt, 8192);
     assert_intact(&mut region, "after the first fill");
     for round in 0..3 {
@@ -204,7 +205,6 @@ fn every_kind_of_page_survives_the_pool_and_the_store_byte_for_byte() {
     }
     let s = rt.stats();
     let what = summary(&s);
-    eprintln!("{what}, ratio {:.2}", s.compression_ratio());
     assert!(s.compressed_stores > 1000, "{what}");
     assert!(s.same_filled_pages > 100, "{what}");
     assert!(
@@ -221,7 +221,7 @@ fn every_kind_of_page_survives_the_pool_and_the_store_byte_for_byte() {
         s.page_ins > 100,
         "written-back pages come back from the store: {what}"
     );
-    let share = s.budget_bytes / 2;
+    let share = s.budget_bytes / 5;
     assert!(
         s.pool_bytes <= share + (256 << 10),
         "the pool ({} KiB) exceeds its share ({} KiB): {what}",

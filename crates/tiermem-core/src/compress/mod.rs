@@ -21,7 +21,7 @@ pub(crate) mod pool;
 pub mod settings;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::Result;
@@ -38,6 +38,13 @@ pub(crate) struct CompressedTier {
     /// left the pool (or was compressed again) is stale and skipped.
     order: Mutex<VecDeque<(PageNo, u32)>>,
     next_seq: AtomicU32,
+    /// Budget pages kept charged for the pool's next segment: a page that
+    /// leaves DRAM for the pool hands its charge over here, up to a
+    /// segment's worth, instead of back to the budget. Under load the
+    /// budget has no free segment's worth of pages (faults take each page
+    /// the evictor frees), so without it the pool could not grow without
+    /// going past the limit.
+    reserve_pages: AtomicU64,
 }
 
 impl CompressedTier {
@@ -54,6 +61,7 @@ impl CompressedTier {
             pool: Pool::new(ram, page_size)?,
             order: Mutex::new(VecDeque::new()),
             next_seq: AtomicU32::new(0),
+            reserve_pages: AtomicU64::new(0),
         }))
     }
 
@@ -66,6 +74,32 @@ impl CompressedTier {
     /// Budget pages one segment is charged as.
     pub fn segment_pages(&self, page_size: usize) -> u64 {
         (self.pool.segment_bytes() / page_size) as u64
+    }
+
+    /// Keeps one page's charge for the next segment if the reserve is not
+    /// full; false if the caller must give it back to the budget.
+    pub fn keep_charge(&self, segment_pages: u64) -> bool {
+        self.reserve_pages
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                (r < segment_pages).then_some(r + 1)
+            })
+            .is_ok()
+    }
+
+    /// Takes up to `pages` of the reserve; returns how many it took.
+    pub fn take_reserve(&self, pages: u64) -> u64 {
+        let taken = self
+            .reserve_pages
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r - r.min(pages))
+            })
+            .unwrap_or(0);
+        taken.min(pages)
+    }
+
+    /// Puts back pages taken from the reserve and not used.
+    pub fn return_reserve(&self, pages: u64) {
+        self.reserve_pages.fetch_add(pages, Ordering::AcqRel);
     }
 
     pub fn next_seq(&self) -> u32 {

@@ -20,6 +20,19 @@ use crate::stats::Counters;
 const REJECT_STREAK: u32 = 64;
 const SAMPLE_EVERY: u32 = 16;
 
+/// Holes the pool tolerates before it compacts, in percent of its DRAM.
+/// Faults free objects all over the pool; moving the live rest of a
+/// segment is a memcpy of at most 64 KiB (microseconds), cheaper than the
+/// compression of the pages a hole-ridden pool would turn away, so the
+/// pool is kept nearly as dense as its objects.
+const HOLES_PERCENT: u64 = 8;
+
+/// Segments compacted between two eviction batches at most. Faults punch
+/// holes at up to tens of MB/s (one per compressed hit), and compacting a
+/// segment 90% full frees a tenth of one: a batch of 64 evictions is
+/// followed by enough compaction to keep up.
+pub(super) const COMPACTIONS_PER_BATCH: usize = 8;
+
 /// Makes `make_room` give up rather than loop when nothing moves (every
 /// compressed page busy, the store refusing writes).
 const ROOM_TRIES: usize = 8;
@@ -124,7 +137,9 @@ impl<'a> Evictor<'a> {
                 .with_prefetched(false),
         );
         rt.frames.release(frame);
-        rt.budget.uncharge(1);
+        if !tier.keep_charge(tier.segment_pages(rt.page_size)) {
+            rt.budget.uncharge(1);
+        }
         tier.push(&rt.table, page, seq);
         true
     }
@@ -145,6 +160,21 @@ impl<'a> Evictor<'a> {
             }
         }
         tier.pool.has_room(size, cap)
+    }
+
+    /// Closes holes, at most `rounds` segments' worth. The evictor calls
+    /// it between batches, not only when the pool is full: under a steady
+    /// stream of faults it may evict without pause for seconds, while
+    /// every compressed hit leaves a hole.
+    pub(super) fn compact_some(&mut self, rounds: usize) {
+        let Some(tier) = self.tier() else {
+            return;
+        };
+        for _ in 0..rounds {
+            if self.rt.stopping() || !self.compact(tier) {
+                return;
+            }
+        }
     }
 
     /// After the budget shrank, brings the pool back under its share.
@@ -169,13 +199,13 @@ impl<'a> Evictor<'a> {
         }
     }
 
-    /// Moves the live objects of the sparsest segment, if at most half
-    /// full, to the head, once holes make up a quarter of the pool. True
-    /// if a segment was freed or objects moved.
+    /// Moves the live objects of the sparsest segment to the head once
+    /// holes make up more than [`HOLES_PERCENT`] of the pool. True if a
+    /// segment was freed or objects moved.
     fn compact(&mut self, tier: &CompressedTier) -> bool {
         let rt = self.rt;
         let pool = &tier.pool;
-        if pool.live_bytes() * 4 >= pool.committed_bytes() * 3 {
+        if pool.live_bytes() * 100 >= pool.committed_bytes() * (100 - HOLES_PERCENT) {
             return false;
         }
         let Some(seg) = pool.sparsest_sealed() else {
@@ -272,9 +302,10 @@ impl<'a> Evictor<'a> {
     }
 }
 
-/// Appends an object. A new segment is charged against the budget
-/// first, and only taken if it fits under the limit: the pool never
-/// pushes DRAM past the budget. `None`: no room.
+/// Appends an object. A new segment is paid for first, from the reserve
+/// of charges that compressed pages handed over and from the budget's
+/// headroom, and only taken if that covers it: the pool never pushes DRAM
+/// past the budget. `None`: no room.
 fn append(
     rt: &Shared,
     tier: &CompressedTier,
@@ -284,24 +315,33 @@ fn append(
     cap: u64,
 ) -> Option<u32> {
     let segment = tier.segment_pages(rt.page_size);
-    let charged = !tier.pool.head_fits(Pool::object_size(body.len()));
-    if charged && !rt.budget.try_charge_pages(segment) {
-        return None;
-    }
+    let needs_segment = !tier.pool.head_fits(Pool::object_size(body.len()));
+    let (from_reserve, from_budget) = if needs_segment {
+        let reserved = tier.take_reserve(segment);
+        if !rt.budget.try_charge_pages(segment - reserved) {
+            tier.return_reserve(reserved);
+            return None;
+        }
+        (reserved, segment - reserved)
+    } else {
+        (0, 0)
+    };
+    let unpaid = |rt: &Shared| {
+        tier.return_reserve(from_reserve);
+        rt.budget.uncharge(from_budget);
+    };
     match tier.pool.append(page, seq, body, cap) {
         Appended::At {
             handle,
             new_segments,
         } => {
-            if charged && new_segments == 0 {
-                rt.budget.uncharge(segment);
+            if needs_segment && new_segments == 0 {
+                unpaid(rt);
             }
             Some(handle)
         }
         Appended::Full => {
-            if charged {
-                rt.budget.uncharge(segment);
-            }
+            unpaid(rt);
             None
         }
     }

@@ -48,6 +48,7 @@ pub(crate) fn evictor_loop(rt: &Shared) {
         }
         rt.wait_until_eviction_needed(Duration::from_millis(5));
         ev.run();
+        ev.compact_some(compressed::COMPACTIONS_PER_BATCH);
         ev.copy_out_written();
         rt.slots().review_children();
     }
@@ -166,6 +167,7 @@ impl<'a> Evictor<'a> {
             let n = (need as usize).min(BATCH);
             let (demoted, dropped) = self.fill_probation(n);
             let freed = dropped + self.evict_from_probation(n.saturating_sub(dropped));
+            self.compact_some(compressed::COMPACTIONS_PER_BATCH);
             if demoted == 0 && freed == 0 {
                 // Nothing evictable right now (pages busy or none resident).
                 std::thread::sleep(Duration::from_micros(200));
