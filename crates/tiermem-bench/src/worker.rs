@@ -550,6 +550,8 @@ impl WorkingSet for TiermemSet {
             // miss latency minus these is the userfaultfd round trip.
             ("page_in_p50_ns", s.page_in_latency.p50_ns),
             ("read_p50_ns", s.read_latency.p50_ns),
+            // Events the handlers found polling instead of asleep.
+            ("spin_wakeups", s.spin_wakeups),
             // The compressed tier (all zero when it is off).
             ("compressed_pages", s.compressed_pages),
             ("compressed_bytes", s.compressed_bytes),

@@ -195,6 +195,19 @@ pub struct BenchArgs {
         env = "TIERMEM_FAULTS"
     )]
     faults: FaultDelivery,
+    /// How long tiermem's fault handlers keep polling for the next fault
+    /// or read completion before they sleep, in microseconds (0: sleep at
+    /// once). Polling keeps the vCPUs awake while the program pages, so a
+    /// miss pays no wake-up of a halted vCPU; a handler yields to any
+    /// other runnable thread on its CPU.
+    #[arg(
+        long,
+        value_name = "US",
+        default_value_t = tiermem_core::io_config::DEFAULT_IDLE_SPIN_US,
+        value_parser = |v: &str| tiermem_core::io_config::parse_idle_spin(v).map_err(|e| e.to_string()),
+        env = "TIERMEM_IDLE_SPIN_US"
+    )]
+    idle_spin: u32,
     /// tiermem's compressed tier: `lz4` keeps evicted pages compressed in
     /// DRAM, within the budget, before the store; `off` sends them
     /// straight to the store. What it gains depends on --data.
@@ -315,7 +328,15 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         ENV_COMPRESS_SHARE => Some(args.compress_share.to_string()),
         _ => None,
     })?;
-    let tiermem = builder.faults(args.faults).compress(compress).build()?;
+    let io = tiermem_core::IoSettings {
+        idle_spin_us: args.idle_spin,
+        ..Default::default()
+    };
+    let tiermem = builder
+        .faults(args.faults)
+        .io(io)
+        .compress(compress)
+        .build()?;
     let (workload, working_set) = workload_and_working_set(args, &tiermem)?;
     anyhow::ensure!(
         working_set >= page_size,

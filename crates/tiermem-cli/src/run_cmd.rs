@@ -190,6 +190,12 @@ Environment:
   TIERMEM_IO_DEPTH        page reads in flight per handler thread (default 32).
   TIERMEM_IO_POLL         none (default), sqpoll, iopoll or hybrid (device polling
                           needs poll queues; otherwise a note and interrupts).
+  TIERMEM_IDLE_SPIN_US    microseconds a fault handler keeps polling for the
+                          next fault or completion before it sleeps (default
+                          200; 0 sleeps at once). While the program pages, the
+                          handlers keep the CPUs awake, which spares each miss
+                          the wake-up of a halted CPU; they yield to any other
+                          runnable thread.
   TIERMEM_WATERMARK_SCALE_FACTOR
                           free DRAM the evictor keeps, in 1/10000 of the budget.
   TIERMEM_FAULTS          handler only. signal (the faulting thread resolves its

@@ -11,6 +11,16 @@ pub const ENV_IO_DEPTH: &str = "TIERMEM_IO_DEPTH";
 pub const ENV_IO_POLL: &str = "TIERMEM_IO_POLL";
 pub const ENV_READAHEAD: &str = "TIERMEM_READAHEAD";
 pub const ENV_PREDICT_WRITES: &str = "TIERMEM_PREDICT_WRITES";
+pub const ENV_IDLE_SPIN: &str = "TIERMEM_IDLE_SPIN_US";
+/// How long a fault handler polls for its next event before it sleeps,
+/// by default. A program that pages keeps faulting every few tens of
+/// microseconds, so a window of a few misses keeps the handlers awake
+/// through a paging burst and lets them sleep a fifth of a millisecond
+/// after it.
+pub const DEFAULT_IDLE_SPIN_US: u32 = 200;
+/// The longest idle spin accepted: beyond a few milliseconds a spinning
+/// handler is a busy loop, not a shortcut past a wake-up.
+pub const MAX_IDLE_SPIN_US: u32 = 10_000;
 
 /// Page reads one handler thread keeps in flight at most: enough for the
 /// parallelism of an NVMe or virtio queue at 4 KiB.
@@ -63,6 +73,10 @@ pub struct IoSettings {
     /// Install read faults writable once most read pages get written
     /// (see `fault::write_prediction`).
     pub predict_writes: bool,
+    /// Microseconds a fault handler keeps polling for its next fault or
+    /// completion before it sleeps; 0 sleeps at once (see
+    /// `fault::ring`'s idle spin).
+    pub idle_spin_us: u32,
 }
 
 impl Default for IoSettings {
@@ -73,6 +87,7 @@ impl Default for IoSettings {
             poll: PollMode::None,
             readahead: true,
             predict_writes: true,
+            idle_spin_us: DEFAULT_IDLE_SPIN_US,
         }
     }
 }
@@ -121,6 +136,21 @@ fn parse_switch(setting: &'static str, s: &str) -> Result<bool> {
     }
 }
 
+/// `TIERMEM_IDLE_SPIN_US`: microseconds, 0 to `MAX_IDLE_SPIN_US`.
+pub fn parse_idle_spin(v: &str) -> Result<u32> {
+    v.trim()
+        .parse()
+        .ok()
+        .filter(|us| *us <= MAX_IDLE_SPIN_US)
+        .ok_or_else(|| {
+            invalid(
+                ENV_IDLE_SPIN,
+                v,
+                "expected microseconds from 0 (sleep at once) to 10000",
+            )
+        })
+}
+
 impl IoSettings {
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<IoSettings> {
         let mut io = IoSettings::default();
@@ -146,6 +176,9 @@ impl IoSettings {
         if let Some(v) = lookup(ENV_PREDICT_WRITES) {
             io.predict_writes = parse_switch(ENV_PREDICT_WRITES, &v)?;
         }
+        if let Some(v) = lookup(ENV_IDLE_SPIN) {
+            io.idle_spin_us = parse_idle_spin(&v)?;
+        }
         Ok(io)
     }
 
@@ -165,6 +198,7 @@ impl IoSettings {
             ENV_PREDICT_WRITES,
             if self.predict_writes { "on" } else { "off" }.into(),
         ));
+        env.push((ENV_IDLE_SPIN, self.idle_spin_us.to_string()));
     }
 }
 
@@ -180,6 +214,7 @@ mod tests {
             ENV_READAHEAD => Some("off".to_string()),
             ENV_IO_POLL => Some("hybrid".to_string()),
             ENV_PREDICT_WRITES => Some("off".to_string()),
+            ENV_IDLE_SPIN => Some("50".to_string()),
             _ => None,
         };
         let io = IoSettings::from_lookup(&env).unwrap();
@@ -191,6 +226,7 @@ mod tests {
                 poll: PollMode::Hybrid,
                 readahead: false,
                 predict_writes: false,
+                idle_spin_us: 50,
             }
         );
         let mut out = Vec::new();
@@ -202,5 +238,10 @@ mod tests {
         assert_eq!(back, io);
         let bad = IoSettings::from_lookup(&|k: &str| (k == ENV_IO_DEPTH).then(|| "0".into()));
         assert!(bad.unwrap_err().to_string().contains(ENV_IO_DEPTH));
+        for spin in ["-1", "10001", "lots"] {
+            let bad = IoSettings::from_lookup(&|k: &str| (k == ENV_IDLE_SPIN).then(|| spin.into()));
+            let err = bad.unwrap_err().to_string();
+            assert!(err.contains(ENV_IDLE_SPIN), "{spin}: {err}");
+        }
     }
 }

@@ -90,6 +90,11 @@ pub(crate) struct Shared {
     /// `fault::ring`), or, under signal delivery, a faulting thread queued
     /// a window or reached a marker (see `fault::signal`).
     pub read_ahead_event: EventFd,
+    /// Until when (`now_ns`) the fault handlers poll instead of sleeping:
+    /// moved forward by every event any handler handles, so that a
+    /// handler with nothing to do keeps its vCPU awake while another
+    /// serves the faults (see `fault::ring`'s idle spin).
+    pub paging_until_ns: std::sync::atomic::AtomicU64,
     pub pause: Pause,
     /// Pages in probation, in order, while no evictor thread holds them
     /// (before it starts, while it is parked for a fork).
@@ -440,6 +445,7 @@ impl Runtime {
             stop: AtomicBool::new(false),
             stop_event: EventFd::new()?,
             read_ahead_event: EventFd::new()?,
+            paging_until_ns: std::sync::atomic::AtomicU64::new(0),
             pause: Pause::new()?,
             probation_queue: Mutex::new(VecDeque::new()),
             io_engine: Mutex::new("pread"),

@@ -21,6 +21,7 @@ pub struct Counters {
     pub prefetch_wasted: AtomicU64,
     pub io_batches: AtomicU64,
     pub max_in_flight: AtomicU64,
+    pub spin_wakeups: AtomicU64,
     pub page_outs: AtomicU64,
     pub clean_drops: AtomicU64,
     pub zero_drops: AtomicU64,
@@ -181,6 +182,9 @@ pub struct Stats {
     pub io_batches: u64,
     /// Most page reads one handler had in flight at once.
     pub max_in_flight: u64,
+    /// Events a fault handler found while polling between faults, each a
+    /// wake-up it did not need (see `TIERMEM_IDLE_SPIN_US`).
+    pub spin_wakeups: u64,
     /// Pages written to the store.
     pub page_outs: u64,
     /// Clean pages dropped without a write: their store copy was still valid.
@@ -316,6 +320,7 @@ impl Counters {
         s.prefetch_wasted = self.prefetch_wasted.load(Relaxed);
         s.io_batches = self.io_batches.load(Relaxed);
         s.max_in_flight = self.max_in_flight.load(Relaxed);
+        s.spin_wakeups = self.spin_wakeups.load(Relaxed);
         s.page_outs = self.page_outs.load(Relaxed);
         s.clean_drops = self.clean_drops.load(Relaxed);
         s.zero_drops = self.zero_drops.load(Relaxed);
