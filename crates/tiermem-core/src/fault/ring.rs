@@ -257,6 +257,11 @@ impl<'a> RingHandler<'a> {
     /// (the program, the evictor), so it takes only time the CPU would
     /// have spent halted; a window without events puts it to sleep.
     fn idle_spin(&mut self) -> bool {
+        // Under signal delivery faulting threads read their own pages and
+        // this ring only reads ahead, which nobody waits for.
+        if self.rt.signal_slots.is_some() {
+            return false;
+        }
         if now_ns() >= self.rt.paging_until_ns.load(Ordering::Relaxed) {
             return false;
         }
