@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::device_limit::DeviceLimit;
 use crate::device_ref::ReadLatency;
 use crate::hit_ratio::HitRatio;
-use crate::result::{Mode, ModeResult};
+use crate::result::{Mode, ModeResult, CPU_PERCENT};
 
 /// Reference numbers for the backing device, measured elsewhere (e.g. by
 /// `tiermem-device` or fio), to show how much a fault costs on top of the
@@ -60,6 +60,7 @@ pub fn render_table(results: &[ModeResult], device: Option<&DeviceRef>) -> Strin
     add_throughput_rows(&mut table, results);
     add_device_limit_row(&mut table, results, device);
     add_bandwidth_rows(&mut table, results, device);
+    add_cpu_row(&mut table, results);
     add_hit_ratio_rows(&mut table, results);
     add_latency_rows(&mut table, results);
     add_slow_access_rows(&mut table, results, device);
@@ -115,6 +116,22 @@ fn add_device_limit_row(table: &mut Table, results: &[ModeResult], device: Optio
         ran(result, |result| match result.mode {
             Mode::Dram => MISSING.to_string(),
             _ => format!("{:.0}%", 100.0 * result.pages_per_sec / limit.pages_per_sec),
+        })
+    });
+}
+
+/// The CPU each mode's worker process used while it was measured: what
+/// its way of waiting for misses costs (polling handlers keep CPUs busy).
+fn add_cpu_row(table: &mut Table, results: &[ModeResult]) {
+    if !results.iter().any(|r| r.counters.contains_key(CPU_PERCENT)) {
+        return;
+    }
+    table.add_row("CPU (process)", results, |result| {
+        ran(result, |result| {
+            result
+                .counters
+                .get(CPU_PERCENT)
+                .map_or(MISSING.to_string(), |p| format!("{p:.0}%"))
         })
     });
 }
@@ -815,6 +832,22 @@ mod tests {
             miss.trim_start_matches("slow p50 (miss)").contains(MISSING),
             "{table}"
         );
+    }
+
+    #[test]
+    fn each_modes_process_cpu_is_shown_where_measured() {
+        let mut results = three_modes();
+        let table = render_table(&results, None);
+        assert!(
+            !table.contains("CPU (process)"),
+            "no figures, no row: {table}"
+        );
+        results[1].counters.insert(CPU_PERCENT.into(), 193.6);
+        results[2].counters.insert(CPU_PERCENT.into(), 52.2);
+        let table = render_table(&results, None);
+        let cpu = row(&table, "CPU (process)");
+        assert!(cpu.contains("194%") && cpu.contains("52%"), "{table}");
+        assert!(cpu.contains(MISSING), "dram has no figure here: {table}");
     }
 
     #[test]

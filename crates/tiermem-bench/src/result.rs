@@ -99,6 +99,11 @@ impl VerifyReport {
     }
 }
 
+/// The counter holding the worker process's CPU use over the measured
+/// phase, in percent of one CPU (its access threads, and under tiermem its
+/// handlers and evictor; the kernel's own threads are not in it).
+pub const CPU_PERCENT: &str = "process_cpu_percent";
+
 /// Everything one mode measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ModeResult {

@@ -22,7 +22,7 @@ use crate::histogram::LatencyHistogram;
 use crate::hit_ratio::{HitRatio, MissCount, MissCounters};
 use crate::page_data::PageData;
 use crate::pattern::{PageSampler, Pattern};
-use crate::result::{Mode, ModeResult, VerifyReport};
+use crate::result::{Mode, ModeResult, VerifyReport, CPU_PERCENT};
 use crate::scan_resistance::{self, ScanShape};
 
 /// Accesses slower than this count as misses (any page fault takes longer).
@@ -285,6 +285,11 @@ fn run_pattern_workload(
         notes,
         first_touch_s: Some(first_touch_s),
     };
+    // The worker's own CPU: the price of each mode's way of waiting.
+    result.counters.insert(
+        CPU_PERCENT.to_string(),
+        100.0 * measured.cpu.as_secs_f64() / measured.elapsed.as_secs_f64().max(1e-9),
+    );
     match measured.misses {
         Ok((count, source)) => result.hit_ratio = HitRatio::new(accesses, count, source),
         Err(error) => result.notes.push(format!("no hit ratio: {error:#}")),
@@ -321,6 +326,9 @@ struct Measured {
     reads: u64,
     writes: u64,
     elapsed: Duration,
+    /// CPU time the worker process used over the measured phase (its
+    /// access threads and, under tiermem, its handlers and evictor).
+    cpu: Duration,
     /// Misses over the measured phase and where they were counted.
     misses: anyhow::Result<(MissCount, &'static str)>,
 }
@@ -355,6 +363,7 @@ fn measure(
     let mut merged = LatencyHistogram::new();
     let (mut reads, mut writes) = (0, 0);
     let mut elapsed = Duration::ZERO;
+    let mut cpu = Duration::ZERO;
     let mut misses = Err(anyhow::anyhow!("the measured phase did not run"));
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.threads)
@@ -372,6 +381,7 @@ fn measure(
             .collect();
         tick_phase("warmup", spec.warmup_s);
         let counters_before = set.miss_counters();
+        let cpu_before = process_cpu();
         let started = Instant::now();
         recording.store(true, Ordering::Release);
         tick_phase("measure", spec.duration_s);
@@ -383,6 +393,7 @@ fn measure(
         }
         stop.store(true, Ordering::Release);
         elapsed = started.elapsed();
+        cpu = process_cpu().saturating_sub(cpu_before);
         for h in handles {
             if let Ok((hist, r, w)) = h.join() {
                 merged.merge(&hist);
@@ -397,8 +408,23 @@ fn measure(
         reads,
         writes,
         elapsed,
+        cpu,
         misses,
     }
+}
+
+/// User and system CPU time of this whole process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 fn tick_phase(phase: &str, seconds: f64) {

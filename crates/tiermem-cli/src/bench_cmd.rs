@@ -72,9 +72,13 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 ///                    one pass after it. Run it once per --policy to compare
 ///                    tiermem's policies with each other and with kernel swap.
 ///
-/// The report gives pages/s, ratios between modes, MB/s, the hit ratio,
-/// latency percentiles, the latency of slow accesses (faults, "misses"), and
-/// a log2 histogram with 16 sub-bins per power of two as pmbench prints.
+/// The report gives pages/s, ratios between modes, MB/s, the CPU the
+/// worker process used while measured ("CPU (process)", 100% = one CPU:
+/// its access threads, and under tiermem its handlers and evictor, whose
+/// polling keeps CPUs busy while the program pages; the kernel's own
+/// threads, kswapd among them, are not counted), the hit ratio, latency
+/// percentiles, the latency of slow accesses (faults, "misses"), and a log2
+/// histogram with 16 sub-bins per power of two as pmbench prints.
 ///
 /// The device is measured at the start of the run, in the backing store's
 /// directory (else /var/tmp), unless --no-device-check: its QD1 4 KiB read
