@@ -241,8 +241,10 @@ impl<'a> RingHandler<'a> {
         self.awaited_in_flight > 0 || (self.in_flight > 0 && !self.deferred.is_empty())
     }
 
-    /// Polls for the next fault or completion for up to the idle-spin
-    /// window while the program pages; true if one arrived.
+    /// While the program pages (an event within the idle-spin window),
+    /// peeks at the ring for `IDLE_PEEK_NS` instead of sleeping and returns
+    /// true, so that the caller reads the userfaultfd; false once the
+    /// window has passed, and the caller sleeps.
     ///
     /// On a VM whose idle vCPUs halt, a halted vCPU costs every event that
     /// reaches it a trip through the host: the device's completion
