@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use tiermem_device::CpuSnapshot;
 
 use crate::histogram::LatencyHistogram;
 use crate::hit_ratio::{HitRatio, MissCount, MissCounters};
@@ -286,10 +287,9 @@ fn run_pattern_workload(
         first_touch_s: Some(first_touch_s),
     };
     // The worker's own CPU: the price of each mode's way of waiting.
-    result.counters.insert(
-        CPU_PERCENT.to_string(),
-        100.0 * measured.cpu.as_secs_f64() / measured.elapsed.as_secs_f64().max(1e-9),
-    );
+    result
+        .counters
+        .insert(CPU_PERCENT.to_string(), measured.cpu_percent);
     match measured.misses {
         Ok((count, source)) => result.hit_ratio = HitRatio::new(accesses, count, source),
         Err(error) => result.notes.push(format!("no hit ratio: {error:#}")),
@@ -326,9 +326,10 @@ struct Measured {
     reads: u64,
     writes: u64,
     elapsed: Duration,
-    /// CPU time the worker process used over the measured phase (its
-    /// access threads and, under tiermem, its handlers and evictor).
-    cpu: Duration,
+    /// CPU the worker process used over the measured phase, in percent of
+    /// one CPU (its access threads and, under tiermem, its handlers and
+    /// evictor).
+    cpu_percent: f64,
     /// Misses over the measured phase and where they were counted.
     misses: anyhow::Result<(MissCount, &'static str)>,
 }
@@ -363,7 +364,7 @@ fn measure(
     let mut merged = LatencyHistogram::new();
     let (mut reads, mut writes) = (0, 0);
     let mut elapsed = Duration::ZERO;
-    let mut cpu = Duration::ZERO;
+    let mut cpu_percent = 0.0;
     let mut misses = Err(anyhow::anyhow!("the measured phase did not run"));
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.threads)
@@ -381,7 +382,7 @@ fn measure(
             .collect();
         tick_phase("warmup", spec.warmup_s);
         let counters_before = set.miss_counters();
-        let cpu_before = process_cpu();
+        let cpu_before = CpuSnapshot::now();
         let started = Instant::now();
         recording.store(true, Ordering::Release);
         tick_phase("measure", spec.duration_s);
@@ -393,7 +394,7 @@ fn measure(
         }
         stop.store(true, Ordering::Release);
         elapsed = started.elapsed();
-        cpu = process_cpu().saturating_sub(cpu_before);
+        cpu_percent = cpu_before.usage_until(&CpuSnapshot::now()).total_pct;
         for h in handles {
             if let Ok((hist, r, w)) = h.join() {
                 merged.merge(&hist);
@@ -408,23 +409,9 @@ fn measure(
         reads,
         writes,
         elapsed,
-        cpu,
+        cpu_percent,
         misses,
     }
-}
-
-/// User and system CPU time of this whole process so far.
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only fills the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 fn tick_phase(phase: &str, seconds: f64) {

@@ -32,5 +32,5 @@ pub use identity::{kernel_version, DeviceIdentity};
 pub use job::Pattern;
 pub use report::{DeviceReport, JobResult, REPORT_SCHEMA};
 pub use run::{measure_seq_read, run, Progress};
-pub use stats::LatencySummary;
+pub use stats::{CpuSnapshot, CpuUsage, LatencySummary};
 pub use target::{IoMode, TargetKind};

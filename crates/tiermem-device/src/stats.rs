@@ -75,7 +75,7 @@ pub struct LatencySummary {
 
 /// CPU time of the process at one instant.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct CpuSnapshot {
+pub struct CpuSnapshot {
     wall: Instant,
     user_us: u64,
     sys_us: u64,
@@ -83,7 +83,7 @@ pub(crate) struct CpuSnapshot {
 
 /// CPU use over an interval, in percent of one CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct CpuUsage {
+pub struct CpuUsage {
     pub total_pct: f64,
     pub user_pct: f64,
     pub sys_pct: f64,
