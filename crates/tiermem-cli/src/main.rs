@@ -26,7 +26,9 @@ struct Cli {
 enum Command {
     Bench(bench_cmd::BenchArgs),
     BenchRedis(redis_bench::RedisBenchArgs),
+    Cost(tiermem_cost::CostArgs),
     Device(device_cmd::DeviceArgs),
+    Doctor(tiermem_doctor::DoctorArgs),
     FormatStore(format_cmd::FormatArgs),
     Run(run_cmd::RunArgs),
     Probe(tiermem_probe::ProbeArgs),
@@ -60,6 +62,8 @@ fn main() {
                 1
             }
         },
+        Command::Cost(args) => report_failure("cost", tiermem_cost::run(&args)),
+        Command::Doctor(args) => report_failure("doctor", tiermem_doctor::run(&args)),
         Command::FormatStore(args) => match format_cmd::run(&args) {
             Ok(()) => 0,
             Err(e) => {
@@ -83,4 +87,12 @@ fn main() {
     // A Ctrl-C may be tearing down kernel-swap mode right now: let it finish.
     tiermem_bench::kernel_swap::wait_for_cleanup();
     std::process::exit(code);
+}
+
+/// The exit code of a command that returns one, or 1 with its error on stderr.
+fn report_failure(command: &str, result: anyhow::Result<i32>) -> i32 {
+    result.unwrap_or_else(|e| {
+        eprintln!("tiermem {command}: {e:#}");
+        1
+    })
 }
