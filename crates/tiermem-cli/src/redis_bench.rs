@@ -32,7 +32,6 @@ use tiermem_core::parse_size;
 use crate::compressed_args::CompressedArgs;
 
 /// Where libtiermem.so is, overriding the search next to the binary.
-const ENV_LIB: &str = "TIERMEM_LIB";
 /// Keys per pipelined batch when loading and verifying.
 const BATCH_KEYS: u64 = 200;
 /// Upper bound on the bytes of values in one batch.
@@ -413,11 +412,7 @@ fn find_tool(given: Option<&Path>, name: &str, flag: &str) -> anyhow::Result<Pat
 
 /// The libtiermem.so to preload: found the way `tiermem run` finds it.
 fn find_library() -> anyhow::Result<PathBuf> {
-    crate::run_cmd::find_library(
-        std::env::var_os(ENV_LIB),
-        std::env::current_exe().context("locating the tiermem binary")?,
-    )
-    .context(
+    tiermem_core::preload_library::find().context(
         "tiermem mode preloads libtiermem.so into redis-server (or leave tiermem out of --modes)",
     )
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use clap::Args;
 use signal_hook::iterator::exfiltrator::WithRawSiginfo;
 use signal_hook::iterator::SignalsInfo;
@@ -26,6 +26,7 @@ use tiermem_core::config::{
 use tiermem_core::cpus::{restrict_command, CpuChoice};
 use tiermem_core::error_policy::ENV_ENCRYPT;
 use tiermem_core::organization::OrganizationArgs;
+use tiermem_core::preload_library::{self, LIB_NAME, LIB_SONAME};
 use tiermem_core::{parse_size, Config, Error as CoreError, Runtime};
 
 /// Tells libtiermem.so that it was preloaded and must interpose.
@@ -34,8 +35,6 @@ const ENV_STATS: &str = "TIERMEM_STATS";
 const ENV_MMAP_THRESHOLD: &str = "TIERMEM_MMAP_THRESHOLD";
 const ENV_NO_INHERIT: &str = "TIERMEM_NO_INHERIT";
 /// Where libtiermem.so is, overriding the search next to the binary.
-const ENV_LIB: &str = "TIERMEM_LIB";
-const LIB_NAME: &str = "libtiermem.so";
 
 /// Below this a program spends its time paging its own working set in and out.
 const MIN_RUN_BUDGET: u64 = 1 << 20;
@@ -294,10 +293,7 @@ fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
             ))
         }
     };
-    let lib = find_library(
-        std::env::var_os(ENV_LIB),
-        std::env::current_exe().context("locating the tiermem binary")?,
-    )?;
+    let lib = preload_library::find().map_err(anyhow::Error::from)?;
     let mmap_threshold = resolve_mmap_threshold(args, &env)?;
     check_backing_path(&config.backing, args.backing.is_some())?;
     preflight_runtime(&config)?;
@@ -561,63 +557,6 @@ fn is_executable(path: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
 }
 
-/// The libtiermem.so to preload, as an absolute path.
-pub(crate) fn find_library(env_lib: Option<OsString>, exe: PathBuf) -> anyhow::Result<PathBuf> {
-    let found = match env_lib.filter(|v| !v.is_empty()) {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            if !p.is_file() {
-                return Err(anyhow!(
-                    "{ENV_LIB}={} does not name an existing file.\n\
-                     Fix: point {ENV_LIB} at libtiermem.so (build it with `cargo build --release -p tiermem-capi`; \
-                     it lands in target/release/), or unset {ENV_LIB} to use the one next to the tiermem binary.",
-                    p.display()
-                ));
-            }
-            p
-        }
-        None => {
-            let dir = exe.parent().unwrap_or(Path::new("/"));
-            let lib_dir = dir.parent().unwrap_or(dir).join("lib");
-            let candidates = [
-                dir.join(LIB_NAME),
-                lib_dir.join(LIB_NAME),
-                lib_dir.join("tiermem").join(LIB_NAME),
-            ];
-            match candidates.iter().find(|c| c.is_file()) {
-                Some(c) => c.clone(),
-                None => {
-                    let searched: Vec<String> = candidates
-                        .iter()
-                        .map(|c| format!("  {}", c.display()))
-                        .collect();
-                    return Err(anyhow!(
-                        "cannot find {LIB_NAME}, the library tiermem run preloads into the program. Searched:\n{}\n\
-                         Fix: build it with `cargo build --release -p tiermem-capi` (it lands next to the tiermem binary \
-                         in target/release/), or set {ENV_LIB} to its path.",
-                        searched.join("\n")
-                    ));
-                }
-            }
-        }
-    };
-    let abs = found
-        .canonicalize()
-        .with_context(|| format!("resolving the path of {}", found.display()))?;
-    let bytes = abs.as_os_str().as_bytes();
-    if bytes
-        .iter()
-        .any(|b| matches!(b, b':' | b' ' | b'\t' | b'\n'))
-    {
-        return Err(anyhow!(
-            "the path of {LIB_NAME}, {}, contains a colon or a space, which LD_PRELOAD cannot express.\n\
-             Fix: copy {LIB_NAME} to a directory whose path has neither and set {ENV_LIB} to it.",
-            abs.display()
-        ));
-    }
-    Ok(abs)
-}
-
 /// LD_PRELOAD for the program: `lib` first, then the existing entries minus
 /// any other libtiermem.so (two interposers in one process cannot work).
 fn ld_preload(lib: &Path, existing: Option<&OsStr>) -> OsString {
@@ -628,7 +567,8 @@ fn ld_preload(lib: &Path, existing: Option<&OsStr>) -> OsString {
             .split(|b| matches!(b, b':' | b' ' | b'\t' | b'\n'))
             .filter(|e| !e.is_empty())
         {
-            if Path::new(OsStr::from_bytes(entry)).file_name() == Some(OsStr::new(LIB_NAME)) {
+            let name = Path::new(OsStr::from_bytes(entry)).file_name();
+            if name == Some(OsStr::new(LIB_NAME)) || name == Some(OsStr::new(LIB_SONAME)) {
                 continue;
             }
             out.push(b':');

@@ -35,6 +35,7 @@ mod page_table;
 mod pause;
 mod pins;
 mod policy;
+pub mod preload_library;
 mod ranges;
 mod replaceable;
 mod runtime;

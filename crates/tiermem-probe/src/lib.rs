@@ -26,7 +26,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use tiermem_core::config::{ENV_BACKING, ENV_DRAM, ENV_PAGE_SIZE, ENV_POLICY};
@@ -36,8 +36,6 @@ pub use report::{Estimate, Report, WritePolicy};
 
 /// The hidden argument that turns the binary into a probe worker.
 pub const WORKER_ARG: &str = "__probe-worker";
-const ENV_LIB: &str = "TIERMEM_LIB";
-const LIB_NAME: &str = "libtiermem.so";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum Target {
@@ -138,31 +136,9 @@ pub fn resolve_config(args: &ProbeArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-/// `libtiermem.so`: `TIERMEM_LIB`, else next to the running binary (or one
-/// directory up, for test binaries in `target/*/deps`), else `../lib`.
+/// `libtiermem.so`, found as every tiermem command finds it.
 pub fn find_library() -> anyhow::Result<PathBuf> {
-    if let Some(p) = std::env::var_os(ENV_LIB) {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        bail!("{ENV_LIB}={} is not a file", p.display());
-    }
-    let exe = std::env::current_exe().context("locating the running binary")?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    for cand in [
-        dir.join(LIB_NAME),
-        dir.join("..").join(LIB_NAME),
-        dir.join("../lib").join(LIB_NAME),
-    ] {
-        if cand.is_file() {
-            return Ok(cand);
-        }
-    }
-    bail!(
-        "{LIB_NAME} not found next to {} (build it with `cargo build --release -p tiermem-capi`, or set {ENV_LIB})",
-        exe.display()
-    )
+    Ok(tiermem_core::preload_library::find()?)
 }
 
 /// Runs the probe as the user asked; returns the exit status.
