@@ -34,7 +34,6 @@ const ENV_PRELOAD: &str = "TIERMEM_PRELOAD";
 const ENV_STATS: &str = "TIERMEM_STATS";
 const ENV_MMAP_THRESHOLD: &str = "TIERMEM_MMAP_THRESHOLD";
 const ENV_NO_INHERIT: &str = "TIERMEM_NO_INHERIT";
-/// Where libtiermem.so is, overriding the search next to the binary.
 
 /// Below this a program spends its time paging its own working set in and out.
 const MIN_RUN_BUDGET: u64 = 1 << 20;

@@ -408,9 +408,33 @@ fn c_fork_children_see_evicted_pages() {
 /// evicted mid-read would lose bytes, is in nbd_backing.rs).
 #[test]
 fn c_o_direct_reads_into_tiered_buffers() {
-    c_program("preload_direct_io", "8M", &|dir| {
+    let stderr = c_program_with("preload_direct_io", "8M", &[], &|dir| {
         vec![dir.to_string_lossy().into_owned(), "4".into()]
     });
+    // tiermem's own io_uring rings are not the program's asynchronous I/O.
+    assert!(!stderr.contains("moved out"), "{stderr}");
+}
+
+/// Asynchronous O_DIRECT reads into tiered buffers while other threads
+/// page hard: io_uring, io_uring with registered buffers (pinned for the
+/// ring's life) and Linux AIO, four reads in flight at a time, every byte
+/// checked. The program sets its rings up through glibc's `syscall()`, so
+/// dirty victims are moved out past the kernel's pin check. With
+/// `TIERMEM_ASYNC_IO=off` each mode lost a read's bytes within seconds.
+#[test]
+fn c_async_o_direct_reads_into_tiered_buffers() {
+    for mode in ["uring", "uring-fixed", "aio"] {
+        let stderr = c_program_with("preload_async_io", "8M", &[], &|dir| {
+            vec![mode.into(), dir.to_string_lossy().into_owned(), "4".into()]
+        });
+        if stderr.is_empty() {
+            return; // no C compiler: compile_c said so
+        }
+        assert!(
+            stderr.contains("moved out past the kernel's pin check"),
+            "{mode}: the program's asynchronous I/O was not seen\n{stderr}"
+        );
+    }
 }
 
 /// Forks that run no pthread_atfork handlers: glibc's `_Fork()`, and the

@@ -12,6 +12,7 @@ pub const ENV_IO_POLL: &str = "TIERMEM_IO_POLL";
 pub const ENV_READAHEAD: &str = "TIERMEM_READAHEAD";
 pub const ENV_PREDICT_WRITES: &str = "TIERMEM_PREDICT_WRITES";
 pub const ENV_IDLE_SPIN: &str = "TIERMEM_IDLE_SPIN_US";
+pub const ENV_ASYNC_IO: &str = "TIERMEM_ASYNC_IO";
 /// How long a fault handler polls for its next event before it sleeps,
 /// by default. A program that pages keeps faulting every few tens of
 /// microseconds, so a window of a few misses keeps the handlers awake
@@ -52,6 +53,48 @@ pub enum PollMode {
     Hybrid,
 }
 
+/// Whether eviction asks the kernel about pages pinned by asynchronous
+/// I/O (io_uring, AIO) before it unmaps a dirty page (see `pins`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncIo {
+    /// From the moment the program sets up an io_uring or an AIO context
+    /// (the interposer sees the system call).
+    Auto,
+    /// From the start: for programs whose setup tiermem cannot see (a
+    /// system call instruction of their own, a ring received from another
+    /// process, the Rust API without the C library).
+    On,
+    /// Never: for programs whose asynchronous I/O never targets tiered
+    /// memory, which then evict at full speed.
+    Off,
+}
+
+impl AsyncIo {
+    pub fn name(self) -> &'static str {
+        match self {
+            AsyncIo::Auto => "auto",
+            AsyncIo::On => "on",
+            AsyncIo::Off => "off",
+        }
+    }
+}
+
+impl FromStr for AsyncIo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(AsyncIo::Auto),
+            "on" => Ok(AsyncIo::On),
+            "off" => Ok(AsyncIo::Off),
+            _ => Err(invalid(
+                ENV_ASYNC_IO,
+                s,
+                "expected auto (the default), on or off",
+            )),
+        }
+    }
+}
+
 impl PollMode {
     pub fn name(self) -> &'static str {
         match self {
@@ -77,6 +120,8 @@ pub struct IoSettings {
     /// completion before it sleeps; 0 sleeps at once (see
     /// `fault::ring`'s idle spin).
     pub idle_spin_us: u32,
+    /// When eviction checks for pages pinned by asynchronous I/O.
+    pub async_io: AsyncIo,
 }
 
 impl Default for IoSettings {
@@ -88,6 +133,7 @@ impl Default for IoSettings {
             readahead: true,
             predict_writes: true,
             idle_spin_us: DEFAULT_IDLE_SPIN_US,
+            async_io: AsyncIo::Auto,
         }
     }
 }
@@ -179,6 +225,9 @@ impl IoSettings {
         if let Some(v) = lookup(ENV_IDLE_SPIN) {
             io.idle_spin_us = parse_idle_spin(&v)?;
         }
+        if let Some(v) = lookup(ENV_ASYNC_IO) {
+            io.async_io = v.parse()?;
+        }
         Ok(io)
     }
 
@@ -199,6 +248,7 @@ impl IoSettings {
             if self.predict_writes { "on" } else { "off" }.into(),
         ));
         env.push((ENV_IDLE_SPIN, self.idle_spin_us.to_string()));
+        env.push((ENV_ASYNC_IO, self.async_io.name().into()));
     }
 }
 
@@ -215,6 +265,7 @@ mod tests {
             ENV_IO_POLL => Some("hybrid".to_string()),
             ENV_PREDICT_WRITES => Some("off".to_string()),
             ENV_IDLE_SPIN => Some("50".to_string()),
+            ENV_ASYNC_IO => Some("on".to_string()),
             _ => None,
         };
         let io = IoSettings::from_lookup(&env).unwrap();
@@ -227,6 +278,7 @@ mod tests {
                 readahead: false,
                 predict_writes: false,
                 idle_spin_us: 50,
+                async_io: AsyncIo::On,
             }
         );
         let mut out = Vec::new();
@@ -238,6 +290,8 @@ mod tests {
         assert_eq!(back, io);
         let bad = IoSettings::from_lookup(&|k: &str| (k == ENV_IO_DEPTH).then(|| "0".into()));
         assert!(bad.unwrap_err().to_string().contains(ENV_IO_DEPTH));
+        let bad = IoSettings::from_lookup(&|k: &str| (k == ENV_ASYNC_IO).then(|| "maybe".into()));
+        assert!(bad.unwrap_err().to_string().contains(ENV_ASYNC_IO));
         for spin in ["-1", "10001", "lots"] {
             let bad = IoSettings::from_lookup(&|k: &str| (k == ENV_IDLE_SPIN).then(|| spin.into()));
             let err = bad.unwrap_err().to_string();

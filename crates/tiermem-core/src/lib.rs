@@ -53,8 +53,9 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use error_policy::{ErrorPolicy, Injection};
-pub use io_config::{IoEngine, IoSettings, PollMode};
+pub use io_config::{AsyncIo, IoEngine, IoSettings, PollMode};
 pub use organization::{Inclusion, Organization, Preset, WritePolicy};
+pub use pins::expect_async_io;
 pub use runtime::{set_thread_start_hook, PinnedIo, Runtime};
 pub use stats::{LatencySummary, Stats};
 pub use store::{format_store, Label as StoreLabel};

@@ -12,6 +12,13 @@
 //! One 16-bit word per page, lazily committed: a count of I/O pins, and
 //! one bit for a lock.
 //!
+//! **Asynchronous I/O** (io_uring, including registered buffers, and AIO)
+//! pins pages in the kernel and completes outside any call the interposer
+//! sees. Once a program sets up such a context ([`expect_async_io`]),
+//! every runtime of the process evicts dirty pages by moving them out with
+//! `UFFDIO_MOVE`, which the kernel refuses for a pinned page in the same
+//! step that unmaps it (see the evictor's `move_first`).
+//!
 //! The evictor and a pinner meet as in Dekker's algorithm: the evictor
 //! takes a page (`Evicting`), then looks at its pins; a pinner counts its
 //! pin, then waits while the page is `Evicting`. With a full fence between
@@ -19,12 +26,27 @@
 //! the page resident, or the pinner sees the eviction and waits until the
 //! page is gone, so the kernel's pinning fault brings it back first.
 
-use std::sync::atomic::{fence, AtomicU16, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU16, Ordering};
 use std::time::Duration;
 
 use crate::error::Result;
 use crate::page_table::{Kind, PageNo, PageTable};
 use crate::sys::mem::Mapping;
+
+static ASYNC_IO: AtomicBool = AtomicBool::new(false);
+
+/// The program set up asynchronous I/O (an io_uring or an AIO context):
+/// from now on, pages may be pinned by I/O that no call of the program's
+/// brackets. Process-wide and never undone (a ring lives as long as its
+/// descriptor, which tiermem does not follow).
+pub fn expect_async_io() {
+    ASYNC_IO.store(true, Ordering::SeqCst);
+}
+
+/// Whether the program has set up asynchronous I/O ([`expect_async_io`]).
+pub fn async_io_expected() -> bool {
+    ASYNC_IO.load(Ordering::Relaxed)
+}
 
 const LOCKED: u16 = 1 << 15;
 const PIN_MAX: u16 = LOCKED - 1;

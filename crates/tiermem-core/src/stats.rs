@@ -39,6 +39,9 @@ pub struct Counters {
     /// Victims left in DRAM because I/O was in flight into them, or they
     /// were locked.
     pub pinned_skips: AtomicU64,
+    /// Dirty victims moved out first, so the kernel could refuse pinned
+    /// ones (with asynchronous I/O in the program).
+    pub moved_out: AtomicU64,
     /// Written pages copied out by write-through.
     pub write_throughs: AtomicU64,
     /// Read faults installed writable because a write was predicted.
@@ -207,6 +210,9 @@ pub struct Stats {
     /// Victims left in DRAM because I/O was in flight into them, or they
     /// were locked.
     pub pinned_skips: u64,
+    /// Dirty victims moved out first, so the kernel could refuse pinned
+    /// ones (with asynchronous I/O in the program).
+    pub moved_out: u64,
     /// Pages locked in DRAM now (mlock).
     pub locked_bytes: u64,
     /// Written pages copied to the store by write-through.
@@ -334,6 +340,7 @@ impl Counters {
         s.bad_accesses = self.bad_accesses.load(Relaxed);
         s.conflict_evictions = self.conflict_evictions.load(Relaxed);
         s.pinned_skips = self.pinned_skips.load(Relaxed);
+        s.moved_out = self.moved_out.load(Relaxed);
         s.write_throughs = self.write_throughs.load(Relaxed);
         s.predicted_writes = self.predicted_writes.load(Relaxed);
         s.read_errors = self.read_errors.load(Relaxed);

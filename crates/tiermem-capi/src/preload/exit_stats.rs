@@ -213,11 +213,15 @@ fn parked_line(s: &Stats) -> String {
 
 /// Pages kept in DRAM for I/O in flight into them, or locked (when any).
 fn pinned_line(s: &Stats) -> String {
-    if s.pinned_skips == 0 && s.locked_bytes == 0 {
+    if s.pinned_skips == 0 && s.locked_bytes == 0 && s.moved_out == 0 {
         return String::new();
     }
+    let moved = match s.moved_out {
+        0 => String::new(),
+        n => format!("; {n} dirty victim(s) moved out past the kernel's pin check"),
+    };
     format!(
-        "kept in DRAM    {} victim(s) skipped while under I/O or locked; {} locked now\n",
+        "kept in DRAM    {} victim(s) skipped while under I/O or locked; {} locked now{moved}\n",
         s.pinned_skips,
         mib(s.locked_bytes),
     )

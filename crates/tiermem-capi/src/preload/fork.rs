@@ -25,47 +25,10 @@ pub fn install() {
     });
 }
 
-/// `syscall(2)`, for the forks it can make that run no atfork handlers:
-/// `SYS_fork`, and `SYS_clone` or `SYS_clone3` when the child gets a copy
-/// of the memory (no `CLONE_VM`) and goes on from the caller's stack. Those
-/// run the fork handlers around the real call; every other call goes
-/// straight to the kernel, as glibc's `syscall()` does, without a symbol
-/// lookup (the runtime's own raw system calls come here too, some from
-/// signal handlers).
-///
-/// The C declaration is variadic, which stable Rust cannot define. On
-/// x86-64 a variadic call passes integer arguments exactly as a call with
-/// fixed ones: six registers, the seventh on the stack, which glibc's own
-/// `syscall()` reads whatever the call passed. So seven `long`s serve
-/// every caller; elsewhere glibc's `syscall()` is left alone.
-///
-/// # Safety
-/// As for `syscall(2)`: the call must be a valid system call.
-#[cfg(target_arch = "x86_64")]
-#[no_mangle]
-pub unsafe extern "C" fn syscall(
-    n: c_long,
-    a1: c_long,
-    a2: c_long,
-    a3: c_long,
-    a4: c_long,
-    a5: c_long,
-    a6: c_long,
-) -> c_long {
-    let call = || {
-        // SAFETY: the caller's own system call, made as it asked.
-        unsafe { kernel_syscall(n, [a1, a2, a3, a4, a5, a6]) }
-    };
-    match copies_memory(n, a1, a2) {
-        true => with_fork_handlers(call),
-        false => call(),
-    }
-}
-
 /// Whether the call makes a child with a copy of the memory that goes on
 /// from the caller's stack, as fork(2) does.
 #[cfg(target_arch = "x86_64")]
-fn copies_memory(n: c_long, a1: c_long, a2: c_long) -> bool {
+pub(super) fn copies_memory(n: c_long, a1: c_long, a2: c_long) -> bool {
     // A child sharing the file table (CLONE_FILES) would replace the
     // parent's userfaultfd with its own: not a fork tiermem can serve.
     let no_vm = |flags: u64| flags & (libc::CLONE_VM | libc::CLONE_FILES) as u64 == 0;
@@ -84,38 +47,6 @@ fn copies_memory(n: c_long, a1: c_long, a2: c_long) -> bool {
         }
         _ => false,
     }
-}
-
-/// A system call straight to the kernel, with glibc's convention: the
-/// result, or -1 and errno.
-///
-/// # Safety
-/// The call must be a valid system call with these arguments.
-#[cfg(target_arch = "x86_64")]
-unsafe fn kernel_syscall(n: c_long, a: [c_long; 6]) -> c_long {
-    let ret: c_long;
-    // SAFETY: the x86-64 system call convention; the kernel clobbers rcx
-    // and r11 and reads or writes memory the arguments name.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") n => ret,
-            in("rdi") a[0],
-            in("rsi") a[1],
-            in("rdx") a[2],
-            in("r10") a[3],
-            in("r8") a[4],
-            in("r9") a[5],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack)
-        );
-    }
-    if (-4095..0).contains(&ret) {
-        set_errno(-ret as i32);
-        return -1;
-    }
-    ret
 }
 
 /// glibc's `_Fork()`: fork without the atfork handlers (glibc 2.34+). Ours
@@ -141,7 +72,7 @@ pub unsafe extern "C" fn _Fork() -> libc::pid_t {
 
 /// Runs `fork` (which returns 0 in the child, as fork(2)) between the
 /// prepare handler and the parent's or child's, keeping its errno.
-fn with_fork_handlers(fork: impl FnOnce() -> c_long) -> c_long {
+pub(super) fn with_fork_handlers(fork: impl FnOnce() -> c_long) -> c_long {
     prepare_all();
     let pid = fork();
     // SAFETY: __errno_location returns this thread's errno.

@@ -18,6 +18,7 @@ mod malloc;
 mod mlock;
 mod mmap;
 mod pinned_io;
+mod syscall;
 
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};

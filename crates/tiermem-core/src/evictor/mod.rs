@@ -14,11 +14,16 @@
 //!
 //! Policies without probation send demoted pages straight through step 2.
 //!
+//! Once the program uses asynchronous I/O, step 1 moves dirty victims out
+//! before it copies them, so that the kernel can keep pages that I/O has
+//! pinned ([`move_first`]).
+//!
 //! With the compressed tier on, step 2 first compresses each page into the
 //! pool ([`compressed`]); only pages that do not compress, or that the
 //! full pool writes back, reach the store.
 
 mod compressed;
+mod move_first;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -30,6 +35,7 @@ use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::store::{RingWriter, SlotWrite};
 use crate::sys::mem::{Mapping, Zapper};
+use move_first::{Source, Staging};
 
 /// Pages per demotion or write batch.
 pub const BATCH: usize = 64;
@@ -81,6 +87,12 @@ struct Evictor<'a> {
     victims: Vec<PageNo>,
     /// Victims taken over, with their state before.
     owned: Vec<(PageNo, PageState)>,
+    /// Where each owned victim's bytes are (index for index with `owned`).
+    sources: Vec<Source>,
+    /// Staging pages for dirty victims moved out first; made on first use.
+    staging: Option<Staging>,
+    /// `move_first` cannot work on this kernel (said once).
+    staging_unavailable: bool,
     /// Dirty victims, sorted, to write-protect in ranges.
     dirty: Vec<PageNo>,
     demoted: Vec<Demoted>,
@@ -105,6 +117,9 @@ impl<'a> Evictor<'a> {
             probation: rt.take_probation_queue(),
             victims: Vec::with_capacity(BATCH),
             owned: Vec::with_capacity(BATCH),
+            sources: Vec::with_capacity(BATCH),
+            staging: None,
+            staging_unavailable: false,
             dirty: Vec::with_capacity(BATCH),
             demoted: Vec::with_capacity(BATCH),
             zapper: Zapper::new(),
@@ -207,19 +222,26 @@ impl<'a> Evictor<'a> {
         rt.policy.pick_victims(&rt.table, want, &mut self.victims);
         let keep_in_dram = rt.policy.probation_share() > 0;
         self.take_over_victims();
+        self.move_out_dirty_victims();
         self.protect_dirty_victims();
         self.demoted.clear();
         for i in 0..self.owned.len() {
             let (page, state) = self.owned[i];
-            if let Some(d) = self.save(page, state, keep_in_dram) {
-                if let Err(e) = self.zapper.push(rt.page_addr(page), rt.page_size) {
-                    rt.fatal(&format!("unmapping evicted pages failed: {e}"));
+            let source = self.sources[i];
+            if let Some(d) = self.save(page, state, keep_in_dram, source) {
+                if source == Source::Mapped {
+                    if let Err(e) = self.zapper.push(rt.page_addr(page), rt.page_size) {
+                        rt.fatal(&format!("unmapping evicted pages failed: {e}"));
+                    }
                 }
                 self.demoted.push(d);
             }
         }
         if let Err(e) = self.zapper.flush() {
             rt.fatal(&format!("unmapping evicted pages failed: {e}"));
+        }
+        if let Some(staging) = self.staging.as_mut() {
+            staging.clear(rt);
         }
         let taken = self.demoted.len();
         for d in self.demoted.drain(..) {
@@ -280,17 +302,62 @@ impl<'a> Evictor<'a> {
         }
     }
 
+    /// With asynchronous I/O in the program, moves dirty victims out of
+    /// the tiered region before anything reads them; the kernel refuses
+    /// pinned ones, which go back to the policy, resident. Sets `sources`
+    /// for every owned victim.
+    fn move_out_dirty_victims(&mut self) {
+        let rt = self.rt;
+        self.sources.clear();
+        self.sources.resize(self.owned.len(), Source::Mapped);
+        if !move_first::wanted(rt) || self.staging_unavailable {
+            return;
+        }
+        if self.staging.is_none() {
+            self.staging = Staging::new(rt);
+            self.staging_unavailable = self.staging.is_none();
+        }
+        let Some(staging) = self.staging.as_mut() else {
+            return;
+        };
+        let mut kept = 0;
+        for i in 0..self.owned.len() {
+            let (page, state) = self.owned[i];
+            let source = match state.is_dirty() {
+                true => staging.take(rt, rt.page_addr(page)),
+                false => Some(Source::Mapped),
+            };
+            let Some(source) = source else {
+                // Pinned: back to the policy, resident, as in
+                // take_over_victims.
+                Counters::add(&rt.counters.pinned_skips, 1);
+                rt.table.finish(page, state);
+                rt.policy.admit(&rt.table, page);
+                continue;
+            };
+            if matches!(source, Source::Staged(_)) {
+                Counters::add(&rt.counters.moved_out, 1);
+            }
+            self.owned[kept] = (page, state);
+            self.sources[kept] = source;
+            kept += 1;
+        }
+        self.owned.truncate(kept);
+        self.sources.truncate(kept);
+    }
+
     /// Clean pages are already write-protected; dirty ones must be, or a
-    /// write between copy and zap would be lost. Adjacent ones share one
-    /// call, and so one TLB shootdown.
+    /// write between copy and zap would be lost (unless moved out already).
+    /// Adjacent ones share one call, and so one TLB shootdown.
     fn protect_dirty_victims(&mut self) {
         let rt = self.rt;
         self.dirty.clear();
         self.dirty.extend(
             self.owned
                 .iter()
-                .filter(|(_, s)| s.is_dirty())
-                .map(|&(page, _)| page),
+                .zip(&self.sources)
+                .filter(|((_, s), source)| s.is_dirty() && **source == Source::Mapped)
+                .map(|(&(page, _), _)| page),
         );
         self.dirty.sort_unstable();
         for run in self.dirty.chunk_by(|a, b| b == &(a + 1)) {
@@ -304,10 +371,21 @@ impl<'a> Evictor<'a> {
         }
     }
 
-    /// Saves an owned, protected victim's content where it must be kept.
-    fn save(&mut self, page: PageNo, state: PageState, keep_in_dram: bool) -> Option<Demoted> {
+    /// Saves an owned victim's content, protected or moved out, where it
+    /// must be kept.
+    fn save(
+        &mut self,
+        page: PageNo,
+        state: PageState,
+        keep_in_dram: bool,
+        source: Source,
+    ) -> Option<Demoted> {
         let rt = self.rt;
         let addr = rt.page_addr(page);
+        let src = match source {
+            Source::Mapped => addr,
+            Source::Staged(staged) => staged,
+        };
         // A clean page is worth compressing too: the pool serves it in
         // microseconds where its slot costs a device read.
         let needs_copy =
@@ -321,21 +399,32 @@ impl<'a> Evictor<'a> {
         }
         let Some(frame) = rt.frames.alloc() else {
             // Out of frames: leave the page where it is.
-            if state.is_dirty() {
-                let _ = rt.uffd.write_protect(addr, rt.page_size, false);
+            match source {
+                Source::Staged(staged) => self.put_back(staged, addr),
+                Source::Mapped if state.is_dirty() => {
+                    let _ = rt.uffd.write_protect(addr, rt.page_size, false);
+                }
+                Source::Mapped => {}
             }
             rt.table.finish(page, state);
             rt.policy.admit(&rt.table, page);
             return None;
         };
-        // SAFETY: the page is resident and write-protected, and we own it, so
-        // it is readable and stable for a page; the frame is ours.
-        unsafe { rt.frames.fill(frame, addr as *const u8) };
+        // SAFETY: the page is resident and write-protected, or moved out to
+        // staging, and we own it, so it is readable and stable for a page;
+        // the frame is ours.
+        unsafe { rt.frames.fill(frame, src as *const u8) };
         Some(Demoted {
             page,
             state,
             frame: Some(frame),
         })
+    }
+
+    fn put_back(&self, staged: usize, addr: usize) {
+        if let Some(staging) = self.staging.as_ref() {
+            staging.put_back(self.rt, staged, addr);
+        }
     }
 
     /// Step 2. Returns how many pages left DRAM.
@@ -479,10 +568,11 @@ impl Evictor<'_> {
             if !rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
                 continue;
             }
-            if rt.pins.keeps_in_dram(page) {
-                // Locked: never to the store. Under I/O: a DMA may still
-                // change it behind the write protection; eviction writes
-                // it later, once the I/O is over.
+            if rt.pins.keeps_in_dram(page) || move_first::wanted(rt) {
+                // Locked: never to the store. Under I/O (a pin of ours, or
+                // asynchronous I/O that only the kernel knows of): a DMA
+                // may still change it behind the write protection;
+                // eviction writes it later, once the I/O is over.
                 Counters::add(&rt.counters.pinned_skips, 1);
                 rt.table.finish(page, s);
                 return None;

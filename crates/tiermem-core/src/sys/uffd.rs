@@ -24,6 +24,13 @@ const WRITEPROTECT_MODE_DONTWAKE: u64 = 2;
 /// the bindings' ioctl list).
 const UFFDIO_POISON: libc::c_ulong = 0xC020_AA08;
 
+/// `UFFDIO_MOVE`: `_IOWR(0xAA, 0x05, struct uffdio_move)` (missing from
+/// the bindings' ioctl list).
+const UFFDIO_MOVE: libc::c_ulong = 0xC028_AA05;
+
+/// `MADV_POPULATE_WRITE` (Linux 5.14; missing from older libc bindings).
+const MADV_POPULATE_WRITE: i32 = 23;
+
 /// Test hook: pretend userfaultfd is not permitted (see the bad-input tests).
 pub const ENV_DENY_UFFD_FOR_TESTS: &str = "TIERMEM_TEST_DENY_UFFD";
 
@@ -51,11 +58,26 @@ pub enum Copied {
     Retry(usize),
 }
 
+/// Outcome of moving a page out of the tiered region ([`Uffd::move_out`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveOut {
+    /// The page now lives at the destination; its old address is empty.
+    Moved,
+    /// The kernel keeps the page where it is: it is pinned (I/O in flight
+    /// may still write it), or shared with a forked child.
+    Busy,
+    /// The range cannot move (e.g. `mprotect`ed read-only, or no
+    /// `UFFDIO_MOVE` on this kernel); nothing changed.
+    Unsupported,
+}
+
 pub struct Uffd {
     fd: OwnedFd,
     /// Faults raise SIGBUS in the faulting thread instead of queueing a
     /// message (`UFFD_FEATURE_SIGBUS`); kept for the replacement after fork.
     sigbus: bool,
+    /// The handshake enabled `UFFDIO_MOVE` (Linux 6.8+).
+    moves: std::sync::atomic::AtomicBool,
 }
 
 impl Uffd {
@@ -104,16 +126,22 @@ impl Uffd {
         Uffd {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             sigbus,
+            moves: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Negotiates the API. Write-protect faults are required for dirty
     /// tracking; thread ids let a bad access be reported to its thread;
-    /// SIGBUS delivery if the userfaultfd was opened for it.
+    /// SIGBUS delivery if the userfaultfd was opened for it; `UFFDIO_MOVE`
+    /// where the kernel has it (eviction that respects pinned pages).
     pub fn handshake(&self) -> Result<()> {
         let mut wanted = uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP | uapi::UFFD_FEATURE_THREAD_ID;
         if self.sigbus {
             wanted |= uapi::UFFD_FEATURE_SIGBUS;
+        }
+        let moves = Self::supported_features() & uapi::UFFD_FEATURE_MOVE as u64 != 0;
+        if moves {
+            wanted |= uapi::UFFD_FEATURE_MOVE;
         }
         let mut api = uapi::uffdio_api {
             api: uapi::UFFD_API as u64,
@@ -131,7 +159,87 @@ impl Uffd {
                 missing: format!("{what} ({})", io::Error::last_os_error()),
             });
         }
+        self.moves
+            .store(moves, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The features this kernel offers, asked of a throwaway userfaultfd:
+    /// a handshake can be made once per descriptor, and asking for a
+    /// feature the kernel lacks fails it.
+    fn supported_features() -> u64 {
+        let Ok(probe) = Uffd::open(false) else {
+            return 0;
+        };
+        let mut api = uapi::uffdio_api {
+            api: uapi::UFFD_API as u64,
+            features: 0,
+            ioctls: 0,
+        };
+        // SAFETY: `api` is a valid uffdio_api the kernel reads and writes.
+        let rc = unsafe { libc::ioctl(probe.raw(), ioctl::UFFDIO_API as _, &mut api) };
+        if rc != 0 {
+            return 0;
+        }
+        api.features
+    }
+
+    /// Whether [`Uffd::move_out`] can work here.
+    pub fn can_move(&self) -> bool {
+        self.moves.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Moves the page at `src` to the empty page at `dst` (`UFFDIO_MOVE`),
+    /// unless the kernel finds it pinned. The kernel clears the page table
+    /// entry and checks the pin count in one step, so no pin can start in
+    /// between: after `Moved`, I/O that wants the page faults it back in.
+    /// A page shared with a forked child is unshared once (a write fault
+    /// through `MADV_POPULATE_WRITE`, which leaves its bytes as they are) and
+    /// tried again; a pinned page is always the process's own, so a page
+    /// still busy after that is pinned.
+    ///
+    /// Both pages must lie in ranges registered with this userfaultfd, and
+    /// `src` must not be write-protected (its unsharing would fault to the
+    /// handlers).
+    pub fn move_out(&self, dst: usize, src: usize, len: usize) -> io::Result<MoveOut> {
+        if !self.can_move() {
+            return Ok(MoveOut::Unsupported);
+        }
+        match self.move_once(dst, src, len)? {
+            MoveOut::Busy => {}
+            other => return Ok(other),
+        }
+        // SAFETY: a write fault on the caller's own resident, writable
+        // pages; MADV_POPULATE_WRITE does not change their contents.
+        if unsafe { libc::madvise(src as *mut libc::c_void, len, MADV_POPULATE_WRITE) } != 0 {
+            return Ok(MoveOut::Busy);
+        }
+        self.move_once(dst, src, len)
+    }
+
+    fn move_once(&self, dst: usize, src: usize, len: usize) -> io::Result<MoveOut> {
+        loop {
+            let mut arg = uapi::uffdio_move {
+                dst: dst as u64,
+                src: src as u64,
+                len: len as u64,
+                mode: 0,
+                move_: 0,
+            };
+            // SAFETY: `arg` is a valid uffdio_move; the kernel checks that
+            // both ranges are registered anonymous memory.
+            let rc = unsafe { libc::ioctl(self.raw(), UFFDIO_MOVE as _, &mut arg) };
+            if rc == 0 {
+                return Ok(MoveOut::Moved);
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EAGAIN) => std::thread::yield_now(),
+                Some(libc::EBUSY) => return Ok(MoveOut::Busy),
+                Some(libc::EINVAL) => return Ok(MoveOut::Unsupported),
+                _ => return Err(err),
+            }
+        }
     }
 
     /// Registers `[start, start+len)` for missing and write-protect faults.

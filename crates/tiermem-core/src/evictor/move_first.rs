@@ -1,0 +1,126 @@
+//! Eviction that lets the kernel say whether a dirty page is pinned.
+//!
+//! Asynchronous I/O (io_uring, including registered buffers, and AIO)
+//! writes a buffer by DMA while the kernel holds a pin on its pages, and
+//! completes outside any call tiermem sees; write protection does not stop
+//! a device. Once a program has set such I/O up (`pins::expect_async_io`,
+//! or `TIERMEM_ASYNC_IO=on`), each dirty victim is first moved out of the
+//! tiered region into a staging page with `UFFDIO_MOVE`, then copied from
+//! there. The kernel clears the page table entry and checks the pin count
+//! in one step, so either the page leaves with every byte any I/O wrote
+//! to it (later I/O faults it back in), or the kernel keeps it where it is
+//! and it stays resident, counted in `pinned_skips`.
+//!
+//! Clean victims need no move: they are write-protected, so I/O that
+//! would write one faults first, and the handler marks it dirty. A pin
+//! that only reads a page (an `O_DIRECT` write from it) keeps the old page
+//! alive and unchanged, so unmapping it loses nothing.
+//!
+//! A move costs one ioctl and one TLB shootdown per page, where zaps
+//! share one shootdown per batch; programs without asynchronous I/O do
+//! not pay it.
+
+use crate::io_config::AsyncIo;
+use crate::runtime::Shared;
+use crate::sys::mem::{zap, Mapping};
+use crate::sys::uffd::MoveOut;
+
+use super::BATCH;
+
+/// Empty pages, registered with the userfaultfd, that dirty victims are
+/// moved to (`UFFDIO_MOVE` needs a registered, empty destination).
+pub(super) struct Staging {
+    pages: Mapping,
+    page_size: usize,
+    used: usize,
+}
+
+/// Where an owned victim's bytes are read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Source {
+    /// Still mapped at its address (write-protected before the copy).
+    Mapped,
+    /// Moved out to this staging address; its own address is empty.
+    Staged(usize),
+}
+
+/// Whether dirty victims must be moved out first.
+pub(super) fn wanted(rt: &Shared) -> bool {
+    match rt.config.io.async_io {
+        AsyncIo::Off => false,
+        AsyncIo::On => true,
+        AsyncIo::Auto => crate::pins::async_io_expected(),
+    }
+}
+
+impl Staging {
+    /// Staging for one batch, or `None` (said once on stderr) where the
+    /// kernel has no `UFFDIO_MOVE`: then pages under asynchronous I/O may
+    /// be evicted mid-I/O, as before Linux 6.8.
+    pub(super) fn new(rt: &Shared) -> Option<Staging> {
+        if !rt.uffd.can_move() {
+            eprintln!(
+                "tiermem: warning: the program uses asynchronous I/O (io_uring or AIO), and this \
+                 kernel has no UFFDIO_MOVE (Linux 6.8+) to tell which pages such I/O has pinned; \
+                 a page evicted while a read into it is in flight loses that read's bytes"
+            );
+            return None;
+        }
+        let len = BATCH * rt.page_size;
+        let pages = match Mapping::reserve(len, "reserving the eviction staging pages") {
+            Ok(m) => m,
+            Err(e) => rt.fatal(&format!("{e}")),
+        };
+        if let Err(e) = rt.uffd.register(pages.addr(), len) {
+            rt.fatal(&format!("registering the eviction staging pages: {e}"));
+        }
+        Some(Staging {
+            pages,
+            page_size: rt.page_size,
+            used: 0,
+        })
+    }
+
+    /// Moves the dirty page at `addr` out. `Some(source)` if it may be
+    /// evicted from there, `None` if the kernel keeps it (pinned).
+    pub(super) fn take(&mut self, rt: &Shared, addr: usize) -> Option<Source> {
+        debug_assert!(self.used < BATCH);
+        let dst = self.pages.addr() + self.used * self.page_size;
+        match rt.uffd.move_out(dst, addr, self.page_size) {
+            Ok(MoveOut::Moved) => {
+                self.used += 1;
+                Some(Source::Staged(dst))
+            }
+            Ok(MoveOut::Busy) => None,
+            // A range that cannot move (mprotect'ed read-only) cannot be
+            // written by I/O either: the usual path is safe.
+            Ok(MoveOut::Unsupported) => Some(Source::Mapped),
+            Err(e) => rt.fatal(&format!(
+                "moving the page at {addr:#x} out for eviction failed: {e}"
+            )),
+        }
+    }
+
+    /// Puts a staged page back at its empty address (no frame to copy it
+    /// into), waking any thread that faulted on it meanwhile.
+    pub(super) fn put_back(&self, rt: &Shared, staged: usize, addr: usize) {
+        match rt.uffd.move_out(addr, staged, self.page_size) {
+            Ok(MoveOut::Moved) => {}
+            other => rt.fatal(&format!(
+                "putting the page at {addr:#x} back from eviction staging failed: {other:?}"
+            )),
+        }
+    }
+
+    /// Empties the staging pages used by this batch, once their bytes are
+    /// copied: the next batch moves into empty pages again.
+    pub(super) fn clear(&mut self, rt: &Shared) {
+        if self.used == 0 {
+            return;
+        }
+        if let Err(e) = zap(self.pages.addr(), self.used * self.page_size) {
+            rt.fatal(&format!("emptying the eviction staging pages failed: {e}"));
+        }
+        self.used = 0;
+    }
+}
