@@ -74,6 +74,33 @@ fn a_long_lived_child_does_not_grow_the_parents_store() {
     let _ = std::fs::remove_dir_all(out_dir);
 }
 
+/// The same with eviction as for a program with asynchronous I/O
+/// (`TIERMEM_ASYNC_IO=on`): dirty victims are moved out past the kernel's
+/// pin check, and the pages a fork shares with the child, which the kernel
+/// refuses to move, are evicted anyway (unshared, or the usual way). This
+/// hung when the evictor unshared a write-protected page it owned.
+#[test]
+fn forks_with_eviction_for_asynchronous_io() {
+    let (exe, lib, out_dir) = compile("api_fork_store");
+    run_timed(
+        &exe,
+        &lib,
+        &["/var/tmp"],
+        &[("TIERMEM_ASYNC_IO", "on")],
+        "api_fork_store: ok",
+    );
+    let _ = std::fs::remove_dir_all(out_dir);
+    let (exe, lib, out_dir) = compile("api_fork");
+    run_timed(
+        &exe,
+        &lib,
+        &["/var/tmp"],
+        &[("TIERMEM_ASYNC_IO", "on")],
+        "api_fork: ok",
+    );
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
 /// Runs a C client under timeout(1) (two minutes, then killed: a hang
 /// fails); it must exit 0 and print `ok`. Returns its stdout.
 fn run_timed(exe: &Path, lib: &Path, args: &[&str], env: &[(&str, &str)], ok: &str) -> String {

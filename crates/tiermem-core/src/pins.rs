@@ -26,6 +26,7 @@
 //! the page resident, or the pinner sees the eviction and waits until the
 //! page is gone, so the kernel's pinning fault brings it back first.
 
+use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU16, Ordering};
 use std::time::Duration;
 
@@ -35,11 +36,32 @@ use crate::sys::mem::Mapping;
 
 static ASYNC_IO: AtomicBool = AtomicBool::new(false);
 
+thread_local! {
+    /// Set while this thread sets up one of tiermem's own rings, whose
+    /// `io_uring_setup` passes through the same interposed `syscall()` as
+    /// the program's (in every mode: the C API's threads are not marked
+    /// as tiermem's).
+    static OWN_RING_SETUP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `setup`, which makes one of tiermem's own io_uring rings: it does
+/// not count as the program's asynchronous I/O.
+pub(crate) fn own_ring<T>(setup: impl FnOnce() -> T) -> T {
+    let before = OWN_RING_SETUP.with(|own| own.replace(true));
+    let ring = setup();
+    OWN_RING_SETUP.with(|own| own.set(before));
+    ring
+}
+
 /// The program set up asynchronous I/O (an io_uring or an AIO context):
 /// from now on, pages may be pinned by I/O that no call of the program's
 /// brackets. Process-wide and never undone (a ring lives as long as its
-/// descriptor, which tiermem does not follow).
+/// descriptor, which tiermem does not follow). Calls made while tiermem
+/// sets up its own rings are ignored.
 pub fn expect_async_io() {
+    if OWN_RING_SETUP.try_with(Cell::get).unwrap_or(false) {
+        return;
+    }
     ASYNC_IO.store(true, Ordering::SeqCst);
 }
 

@@ -909,7 +909,7 @@ fn build_ring(rt: &Shared, entries: u32) -> Result<(IoUring, &'static str, bool)
         note_no_device_polling(rt, poll);
     }
     if poll == PollMode::Sqpoll {
-        match IoUring::builder().setup_sqpoll(50).build(entries) {
+        match crate::pins::own_ring(|| IoUring::builder().setup_sqpoll(50).build(entries)) {
             Ok(ring) => return Ok((ring, "io_uring+sqpoll", false)),
             Err(e) => eprintln!(
                 "tiermem: IORING_SETUP_SQPOLL refused ({e}); using interrupt-driven io_uring"
@@ -928,14 +928,16 @@ fn build_ring(rt: &Shared, entries: u32) -> Result<(IoUring, &'static str, bool)
 /// that thread next enters instead of interrupting it with an IPI, and
 /// says in the ring that it should enter.
 pub(super) fn cooperative_ring(entries: u32) -> io::Result<(IoUring, bool)> {
-    let cooperative = IoUring::builder()
-        .setup_coop_taskrun()
-        .setup_taskrun_flag()
-        .build(entries);
-    match cooperative {
-        Ok(ring) => Ok((ring, true)),
-        Err(_) => IoUring::new(entries).map(|ring| (ring, false)),
-    }
+    crate::pins::own_ring(|| {
+        let cooperative = IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .build(entries);
+        match cooperative {
+            Ok(ring) => Ok((ring, true)),
+            Err(_) => IoUring::new(entries).map(|ring| (ring, false)),
+        }
+    })
 }
 
 /// Whether a polling thread must enter the kernel to see its completions:

@@ -32,7 +32,7 @@ pub struct RingWriter {
 impl RingWriter {
     pub fn new() -> io::Result<RingWriter> {
         Ok(RingWriter {
-            ring: IoUring::new(ENTRIES)?,
+            ring: crate::pins::own_ring(|| IoUring::new(ENTRIES))?,
             iovecs: Vec::with_capacity(ENTRIES as usize),
             runs: Vec::with_capacity(ENTRIES as usize),
             done: Vec::with_capacity(ENTRIES as usize),

@@ -28,9 +28,6 @@ const UFFDIO_POISON: libc::c_ulong = 0xC020_AA08;
 /// the bindings' ioctl list).
 const UFFDIO_MOVE: libc::c_ulong = 0xC028_AA05;
 
-/// `MADV_POPULATE_WRITE` (Linux 5.14; missing from older libc bindings).
-const MADV_POPULATE_WRITE: i32 = 23;
-
 /// Test hook: pretend userfaultfd is not permitted (see the bad-input tests).
 pub const ENV_DENY_UFFD_FOR_TESTS: &str = "TIERMEM_TEST_DENY_UFFD";
 
@@ -58,13 +55,14 @@ pub enum Copied {
     Retry(usize),
 }
 
-/// Outcome of moving a page out of the tiered region ([`Uffd::move_out`]).
+/// Outcome of moving a page out of the tiered region ([`Uffd::move_page`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MoveOut {
     /// The page now lives at the destination; its old address is empty.
     Moved,
     /// The kernel keeps the page where it is: it is pinned (I/O in flight
-    /// may still write it), or shared with a forked child.
+    /// may still write it), or not exclusively the process's (shared with
+    /// a forked child, or once shared and not written since).
     Busy,
     /// The range cannot move (e.g. `mprotect`ed read-only, or no
     /// `UFFDIO_MOVE` on this kernel); nothing changed.
@@ -184,35 +182,19 @@ impl Uffd {
         api.features
     }
 
-    /// Whether [`Uffd::move_out`] can work here.
+    /// Whether [`Uffd::move_page`] can work here.
     pub fn can_move(&self) -> bool {
         self.moves.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Moves the page at `src` to the empty page at `dst` (`UFFDIO_MOVE`),
-    /// unless the kernel finds it pinned. The kernel clears the page table
-    /// entry and checks the pin count in one step, so no pin can start in
+    /// unless the kernel refuses. The kernel clears the page table entry
+    /// and checks the pin count in one step, so no pin can start in
     /// between: after `Moved`, I/O that wants the page faults it back in.
-    /// A page shared with a forked child is unshared once (a write fault
-    /// through `MADV_POPULATE_WRITE`, which leaves its bytes as they are) and
-    /// tried again; a pinned page is always the process's own, so a page
-    /// still busy after that is pinned.
-    ///
-    /// Both pages must lie in ranges registered with this userfaultfd, and
-    /// `src` must not be write-protected (its unsharing would fault to the
-    /// handlers).
-    pub fn move_out(&self, dst: usize, src: usize, len: usize) -> io::Result<MoveOut> {
+    /// Both pages must lie in ranges registered with this userfaultfd.
+    pub fn move_page(&self, dst: usize, src: usize, len: usize) -> io::Result<MoveOut> {
         if !self.can_move() {
             return Ok(MoveOut::Unsupported);
-        }
-        match self.move_once(dst, src, len)? {
-            MoveOut::Busy => {}
-            other => return Ok(other),
-        }
-        // SAFETY: a write fault on the caller's own resident, writable
-        // pages; MADV_POPULATE_WRITE does not change their contents.
-        if unsafe { libc::madvise(src as *mut libc::c_void, len, MADV_POPULATE_WRITE) } != 0 {
-            return Ok(MoveOut::Busy);
         }
         self.move_once(dst, src, len)
     }
