@@ -24,6 +24,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version of this header; tm_version() gives the library's. The two
+ * differ when a program runs against another libtiermem.so.0 than the one
+ * it was built with. */
+#define TIERMEM_VERSION_MAJOR 0
+#define TIERMEM_VERSION_MINOR 1
+#define TIERMEM_VERSION_PATCH 0
+#define TIERMEM_VERSION "0.1.0"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -126,6 +134,10 @@ int tm_stats(struct tm_stats *out);
 
 /* The calling thread's last error message, or "" if none. */
 const char *tm_last_error(void);
+
+/* The version of the loaded library, "MAJOR.MINOR.PATCH" (a static string;
+ * never NULL). Does not start tiermem. */
+const char *tm_version(void);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,20 @@ pub fn libtiermem() -> &'static Path {
         );
         let lib = dir.join("libtiermem.so");
         assert!(lib.exists(), "libtiermem.so not built in {}", dir.display());
+        link_soname(&dir);
         lib
     })
+}
+
+/// Programs linked with `-ltiermem` ask the loader for the SONAME,
+/// libtiermem.so.0, which cargo does not create: a link beside the library
+/// lets them run with LD_LIBRARY_PATH set to its directory (`make build`
+/// makes the same link). Test binaries run at once: finding it made is fine.
+fn link_soname(dir: &Path) {
+    let link = dir.join("libtiermem.so.0");
+    match std::os::unix::fs::symlink("libtiermem.so", &link) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("linking {} to libtiermem.so: {e}", link.display()),
+    }
 }

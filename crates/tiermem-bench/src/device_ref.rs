@@ -48,7 +48,9 @@ pub struct ReadJob {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReadLatency {
     pub job: ReadJob,
-    /// Mean time of one read, as the thread that issued it waited.
+    /// Mean time of one read, as the thread that issued it waited, in µs
+    /// (JSON: `mean_ns`).
+    #[serde(rename = "mean_ns", with = "tiermem_host::ns::micros")]
     pub mean_us: f64,
     pub reads: u64,
 }

@@ -277,6 +277,15 @@ impl LatencyHistogram {
         None
     }
 
+    /// Every non-empty sub-bin, low to high, as (smallest value, largest
+    /// value, count): what a plot of the distribution draws.
+    pub fn bins(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        non_zero_bins(&self.bins.0).map(|(index, count)| {
+            let (low, high) = bin_value_range(index);
+            (low, high, count)
+        })
+    }
+
     /// A pmbench-like text histogram: one line per non-empty log2 bucket
     /// with its range, count, share, a bar and its 16 sub-bin counts.
     pub fn render_pmbench(&self) -> String {
@@ -601,6 +610,17 @@ mod tests {
             text.lines().all(|line| line.chars().count() <= 121),
             "{text}"
         );
+    }
+
+    #[test]
+    fn bins_cover_every_sample_low_to_high() {
+        let histogram = histogram_of([5, 5, 150, 40_000]);
+        let bins: Vec<(u64, u64, u64)> = histogram.bins().collect();
+        assert_eq!(bins.iter().map(|b| b.2).sum::<u64>(), 4);
+        assert_eq!(bins[0], (5, 5, 2));
+        assert!(bins.windows(2).all(|w| w[0].1 < w[1].0), "{bins:?}");
+        assert!(bins.iter().all(|&(low, high, _)| low <= high));
+        assert!(bins[2].0 <= 40_000 && 40_000 <= bins[2].1, "{bins:?}");
     }
 
     #[test]

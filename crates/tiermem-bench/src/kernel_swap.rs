@@ -1,6 +1,7 @@
-//! Kernel swap as a baseline: the benchmark worker runs inside a control-group
-//! **v1** memory cgroup whose `memory.limit_in_bytes` is the DRAM budget, with
-//! a swapfile on the same filesystem as tiermem's backing file.
+//! Kernel swap as a baseline: the benchmark worker runs inside a memory
+//! cgroup whose limit is the DRAM budget (v1's `memory.limit_in_bytes`, or
+//! v2's `memory.max` with `memory.swap.max` lifted; see [`crate::cgroup`]),
+//! with a swapfile on the same filesystem as tiermem's backing file.
 //!
 //! The machine may be shared, so everything set up here is removed on every
 //! exit path:
@@ -42,7 +43,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::{self, Version};
 use crate::saved_settings::{self, SettingsGuard};
+use tiermem_host::mounts::unescape_octal;
 
 /// Name prefix of the cgroups we create: `tiermem-bench-<pid>-<n>`.
 const CGROUP_PREFIX: &str = "tiermem-bench-";
@@ -126,6 +129,8 @@ pub struct SwapSandbox {
 #[derive(Debug)]
 struct Inner {
     cgroup: PathBuf,
+    /// The interface of the hierarchy `cgroup` lives in.
+    version: Version,
     /// The swapfile, or the swap device of `SandboxSpec::swap_device`.
     swapfile: PathBuf,
     /// Whether `swapfile` is a device (turned off, never deleted).
@@ -174,11 +179,14 @@ impl SwapSandbox {
         if !Path::new("/proc/swaps").exists() {
             return Err("the kernel has no swap support (/proc/swaps is missing)".into());
         }
-        if memory_cgroup_root().is_none() {
-            return Err("no cgroup v1 memory controller is mounted (cgroup-v2-only \
-                        system?); kernel-swap mode needs one, e.g. \
-                        `mount -t cgroup -o memory none /sys/fs/cgroup/memory`"
-                .into());
+        if cgroup::find_root().is_none() {
+            return Err(
+                "no memory cgroup controller is available: neither a cgroup v1 \
+                        `memory` hierarchy nor a cgroup v2 hierarchy whose \
+                        cgroup.controllers lists `memory` is mounted; kernel-swap mode \
+                        needs one (e.g. `mount -t cgroup2 none /sys/fs/cgroup`)"
+                    .into(),
+            );
         }
         if find_tool("mkswap").is_none() {
             return Err("`mkswap` was not found in PATH, /sbin or /usr/sbin \
@@ -218,7 +226,9 @@ impl SwapSandbox {
         };
         let mkswap = find_tool("mkswap").context("`mkswap` not found")?;
         install_signal_cleanup()?;
-        let root = memory_cgroup_root().context("no cgroup v1 memory controller is mounted")?;
+        let root_cgroup = cgroup::find_root().context("no memory cgroup controller is mounted")?;
+        cgroup::enable_memory_for_children(&root_cgroup)?;
+        let root = &root_cgroup.dir;
 
         let pid = std::process::id();
         let mut names = None;
@@ -246,6 +256,7 @@ impl SwapSandbox {
         let procs = path_cstring(&cgroup.join("cgroup.procs"))?;
         let inner = Arc::new(Inner {
             cgroup,
+            version: root_cgroup.version,
             swapfile,
             device: spec.swap_device.is_some(),
             state: Mutex::new(State::default()),
@@ -295,18 +306,21 @@ impl SwapSandbox {
         std::fs::create_dir(cg)
             .with_context(|| format!("creating memory cgroup {}", cg.display()))?;
         st.cgroup_created = true;
-        write_control(
-            &cg.join("memory.limit_in_bytes"),
-            &memory_limit_bytes.to_string(),
-        )?;
-        let swappiness = cg.join("memory.swappiness");
-        if swappiness.exists() {
-            write_control(&swappiness, SWAPPINESS)?;
-        } else {
-            self.warnings.push(format!(
-                "{} does not exist; the cgroup's swappiness could not be set to {SWAPPINESS}",
-                swappiness.display()
-            ));
+        for (file, value) in cgroup::limit_settings(inner.version, memory_limit_bytes, SWAPPINESS) {
+            let path = cg.join(file);
+            if file == inner.version.limit_file() || path.exists() {
+                write_control(&path, &value)?;
+            } else {
+                self.warnings.push(format!(
+                    "{} does not exist; it could not be set to {value}",
+                    path.display()
+                ));
+            }
+        }
+        if inner.version == Version::V2 {
+            self.warnings.push(
+                "cgroup v2 has no swappiness of its own: the system's vm.swappiness applies".into(),
+            );
         }
 
         let path = &inner.swapfile;
@@ -412,26 +426,24 @@ impl SwapSandbox {
 
     /// Current counters of the cgroup.
     pub fn stats(&self) -> anyhow::Result<CgroupStats> {
-        let cg = &self.inner.cgroup;
-        let stat_path = self.memory_stat_path();
-        let text = std::fs::read_to_string(&stat_path)
-            .with_context(|| format!("reading {}", stat_path.display()))?;
-        let stat = |key: &str| -> u64 {
-            stat_field(&text, &format!("total_{key}"))
-                .or_else(|_| stat_field(&text, key))
-                .unwrap_or(0)
-        };
+        let read = |p: &Path| std::fs::read_to_string(p).ok();
+        let c = cgroup::read_counters(&self.inner.cgroup, self.inner.version, &read)?;
         let delta = |now: Option<u64>, then: Option<u64>| Some(now?.saturating_sub(then?));
         Ok(CgroupStats {
-            pgfault: stat("pgfault"),
-            pgmajfault: stat("pgmajfault"),
-            swap_bytes: stat("swap"),
-            rss_bytes: stat("rss"),
-            max_usage_bytes: read_u64(&cg.join("memory.max_usage_in_bytes"))?,
-            failcnt: read_u64(&cg.join("memory.failcnt"))?,
+            pgfault: c.pgfault,
+            pgmajfault: c.pgmajfault,
+            swap_bytes: c.swap_bytes,
+            rss_bytes: c.rss_bytes,
+            max_usage_bytes: c.peak_bytes,
+            failcnt: c.limit_hits,
             pswpin: delta(vmstat("pswpin"), self.vmstat_at_start.0),
             pswpout: delta(vmstat("pswpout"), self.vmstat_at_start.1),
         })
+    }
+
+    /// The cgroup interface the sandbox uses.
+    pub fn cgroup_version(&self) -> Version {
+        self.inner.version
     }
 
     /// The cgroup's `memory.stat`, whose counters a worker inside it reads
@@ -778,8 +790,8 @@ fn log(msg: &str) {
 /// that are no longer active are not found (their directory is unknown).
 pub fn leftover_sandboxes() -> Vec<PathBuf> {
     let mut found = Vec::new();
-    if let Some(root) = memory_cgroup_root() {
-        if let Ok(dir) = std::fs::read_dir(&root) {
+    if let Some(root) = cgroup::find_root() {
+        if let Ok(dir) = std::fs::read_dir(&root.dir) {
             for entry in dir.flatten() {
                 let path = entry.path();
                 let stale = entry
@@ -819,7 +831,7 @@ pub fn remove_leftovers() -> anyhow::Result<usize> {
         .into_iter()
         .filter(|p| !p.starts_with(state_dir))
         .collect();
-    let root = memory_cgroup_root();
+    let root = cgroup::find_root().map(|r| r.dir);
     let (cgroups, swapfiles): (Vec<PathBuf>, Vec<PathBuf>) = leftovers
         .into_iter()
         .partition(|p| root.as_ref().is_some_and(|r| p.starts_with(r)));
@@ -1060,25 +1072,6 @@ fn read_pids(procs: &Path) -> io::Result<Vec<i32>> {
 // ---------------------------------------------------------------------------
 // Cgroups
 
-/// Mount point of the cgroup v1 hierarchy with the memory controller.
-fn memory_cgroup_root() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let (_dev, dir, fstype, options) = (
-            fields.next()?,
-            fields.next()?,
-            fields.next()?,
-            fields.next()?,
-        );
-        if fstype != "cgroup" || !options.split(',').any(|o| o == "memory") {
-            return None;
-        }
-        let dir = PathBuf::from(unescape_octal(dir));
-        dir.join("memory.limit_in_bytes").exists().then_some(dir)
-    })
-}
-
 /// The value of `key` in the text of a cgroup v1 `memory.stat` or of
 /// `/proc/vmstat` (one `name value` pair per line). Names are matched whole:
 /// `pgmajfault` is a cgroup's own count, `total_pgmajfault` includes its
@@ -1122,14 +1115,6 @@ fn write_control(path: &Path, value: &str) -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", path.display()))?;
     f.write_all(value.as_bytes())
         .with_context(|| format!("writing {value} to {}", path.display()))
-}
-
-fn read_u64(path: &Path) -> anyhow::Result<u64> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.trim()
-        .parse()
-        .with_context(|| format!("parsing {:?} from {}", text.trim(), path.display()))
 }
 
 /// `rmdir`, retried while tasks are still leaving (EBUSY).
@@ -1352,31 +1337,6 @@ fn read_proc_swaps() -> io::Result<Vec<SwapArea>> {
             Some(SwapArea { path, priority })
         })
         .collect())
-}
-
-/// Undoes the `\ooo` escaping of paths in /proc/swaps and /proc/self/mounts.
-fn unescape_octal(s: &str) -> std::ffi::OsString {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
-            let digits = &bytes[i + 1..i + 4];
-            if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
-                let value = digits
-                    .iter()
-                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-                if let Ok(byte) = u8::try_from(value) {
-                    out.push(byte);
-                    i += 4;
-                    continue;
-                }
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    std::ffi::OsString::from(std::ffi::OsStr::from_bytes(&out))
 }
 
 fn vmstat(key: &str) -> Option<u64> {

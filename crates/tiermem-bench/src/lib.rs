@@ -6,6 +6,7 @@
 //! counters. Besides the pattern workload there is a scan-resistance
 //! workload. Every page is stamped and verified at the end.
 
+pub mod cgroup;
 pub mod compressed;
 pub mod device_limit;
 pub mod device_ref;
@@ -15,6 +16,7 @@ pub mod kernel_swap;
 pub mod page_data;
 pub mod page_text;
 pub mod pattern;
+pub mod plot;
 pub mod report;
 pub mod result;
 pub mod runner;

@@ -112,7 +112,8 @@ pub struct ModeResult {
     pub accesses: u64,
     pub reads: u64,
     pub writes: u64,
-    /// Wall time of the measured phase, seconds.
+    /// Wall time of the measured phase, seconds (JSON: `elapsed_ns`).
+    #[serde(rename = "elapsed_ns", with = "tiermem_host::ns::seconds")]
     pub elapsed_s: f64,
     /// accesses / elapsed_s. Each access touches one page, as in pmbench.
     pub pages_per_sec: f64,
@@ -137,8 +138,13 @@ pub struct ModeResult {
     /// Why a mode was skipped or what to keep in mind when reading it.
     pub notes: Vec<String>,
     /// Seconds the first touch of the whole working set took (stamping
-    /// every page with its contents, in order, on one thread).
-    #[serde(default)]
+    /// every page with its contents, in order, on one thread; JSON:
+    /// `first_touch_ns`).
+    #[serde(
+        default,
+        rename = "first_touch_ns",
+        with = "tiermem_host::ns::opt_seconds"
+    )]
     pub first_touch_s: Option<f64>,
 }
 

@@ -39,7 +39,11 @@ pub struct WorkloadSpec {
     pub threads: usize,
     pub read_percent: u32,
     pub pattern: String,
+    /// The measured phase and the warm-up before it, in seconds (JSON:
+    /// `duration_ns`, `warmup_ns`).
+    #[serde(rename = "duration_ns", with = "tiermem_host::ns::seconds")]
     pub duration_s: f64,
+    #[serde(rename = "warmup_ns", with = "tiermem_host::ns::seconds")]
     pub warmup_s: f64,
     pub seed: u64,
     /// What the accesses do; older specs without it mean `Pattern`.

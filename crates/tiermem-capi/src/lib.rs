@@ -359,3 +359,18 @@ fn to_c(s: &Stats) -> TmStats {
 pub extern "C" fn tm_last_error() -> *const c_char {
     LAST_ERROR.with(|m| m.borrow().as_ptr())
 }
+
+/// The library's version, NUL-terminated, for `tm_version`; the header's
+/// `TIERMEM_VERSION` is checked against the same crate version by a test.
+static VERSION: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => panic!("the crate version contains a NUL byte"),
+    };
+
+/// The library's version, a static string: it starts no runtime, so a
+/// program can check it before anything else.
+#[no_mangle]
+pub extern "C" fn tm_version() -> *const c_char {
+    VERSION.as_ptr()
+}

@@ -1,7 +1,7 @@
 //! `tiermem bench`: DRAM, tiermem and kernel swap side by side.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tiermem_bench::device_limit::device_limit;
 use tiermem_bench::device_ref::measure_device_ref;
 use tiermem_bench::page_data::PageData;
+use tiermem_bench::plot;
 use tiermem_bench::report::{self, DeviceRef};
 use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
@@ -140,6 +141,15 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// First touch: filling the whole working set, in order, on one thread,
 /// before the warm-up, is timed and reported as "first touch" pages/s.
 ///
+/// --plot FILE.svg draws every mode's latency histogram, overlaid, as
+/// pmbench does: latency per access on a log scale (10 ns to 1 ms, wider
+/// if the data are), the share of accesses in each quarter of a power of
+/// two on a log scale, one line per mode, so that hits and misses show as
+/// separate humps. The title names the workload and the date (UTC). With
+/// --suite the file holds one panel per case, one above the other. The
+/// path is checked before anything runs: it must end in .svg, and its
+/// directory must exist and be writable.
+///
 /// --suite runs the random-access matrix against kernel swap in one
 /// command: uniform write-only (1 thread), uniform 50% reads (1 and 2
 /// threads), zipf(0.99) 50% reads, and a sequential scan, each with tiermem
@@ -159,6 +169,7 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 ///   tiermem bench --working-set 4G --dram 1G --read-ratio 0 --duration 30
 ///   tiermem bench --pattern zipf:0.99 --threads 2 --modes tiermem,kernel-swap --json
 ///   tiermem bench --workload scan-resistance --dram 256M --policy s3fifo
+///   tiermem bench --modes dram,tiermem --plot latency.svg
 ///   tiermem bench --modes kernel-swap,kernel-zswap,kernel-zram --data text \
 ///       --working-set 1G --dram 256M
 #[derive(Args, Debug)]
@@ -212,6 +223,20 @@ pub struct BenchArgs {
         env = "TIERMEM_IDLE_SPIN_US"
     )]
     idle_spin: u32,
+
+    /// Evict dirty pages as for a program with asynchronous I/O (`on`:
+    /// each is moved out with UFFDIO_MOVE past the kernel's pin check, one
+    /// TLB shootdown per page), or not (`auto`, the default: the benchmark
+    /// sets up no io_uring or AIO of its own). Measures what programs that
+    /// use io_uring or AIO pay.
+    #[arg(
+        long,
+        value_name = "auto|on|off",
+        default_value = "auto",
+        value_parser = |v: &str| v.parse::<tiermem_core::AsyncIo>().map_err(|e| e.to_string()),
+        env = "TIERMEM_ASYNC_IO"
+    )]
+    async_io: tiermem_core::AsyncIo,
     /// tiermem's compressed tier: `lz4` keeps evicted pages compressed in
     /// DRAM, within the budget, before the store; `off` sends them
     /// straight to the store. What it gains depends on --data.
@@ -265,6 +290,10 @@ pub struct BenchArgs {
     /// Also print each mode's latency histogram.
     #[arg(long)]
     histograms: bool,
+    /// Draw every mode's latency histogram, overlaid, into this SVG file
+    /// (with --suite, one panel per case; see above).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
     /// Print the results as JSON on stdout (nothing else goes to stdout).
     #[arg(long)]
     json: bool,
@@ -334,6 +363,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
     })?;
     let io = tiermem_core::IoSettings {
         idle_spin_us: args.idle_spin,
+        async_io: args.async_io,
         ..Default::default()
     };
     let tiermem = builder
@@ -442,6 +472,9 @@ fn workload_and_working_set(args: &BenchArgs, tiermem: &Config) -> anyhow::Resul
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     let plan = plan(args)?;
+    if let Some(path) = &args.plot {
+        plot::check_path(path)?;
+    }
     if let Some(placement) = &plan.cpus {
         // The device check runs on this thread: measure where the workers run.
         tiermem_core::sys::thread::restrict_current_thread(&placement.cpus)
@@ -471,7 +504,35 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     } else {
         print_human(&plan, &results, device.as_ref(), args.histograms);
     }
+    if let Some(path) = &args.plot {
+        let title = plot::workload_title(&plan.workload, plan.tiermem.dram_budget, unix_now());
+        let panel = plot::Panel {
+            caption: String::new(),
+            results: &results,
+        };
+        write_plot(path, &title, &[panel], args.json)?;
+    }
     Ok(if clean { 0 } else { 3 })
+}
+
+/// Writes the `--plot` figure and says where, unless stdout is JSON's.
+fn write_plot(
+    path: &Path,
+    title: &str,
+    panels: &[plot::Panel<'_>],
+    json: bool,
+) -> anyhow::Result<()> {
+    plot::write_svg(path, title, panels)?;
+    if !json {
+        println!("latency plot: {}", path.display());
+    }
+    Ok(())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// `--suite`: every case of the matrix, one table (or one JSON object).
@@ -493,13 +554,27 @@ fn run_suite(args: &BenchArgs, plan: &BenchPlan) -> anyhow::Result<i32> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&bench_suite::to_json(plan, &runs))?
+            serde_json::to_string_pretty(&tiermem_host::wrap(
+                "tiermem.bench-suite/1",
+                bench_suite::to_json(plan, &runs)
+            ))?
         );
     } else {
         print!("{}", bench_suite::render(plan, &runs));
         if let Some(note) = IdleWait::read().note() {
             println!("\nnote: {note}");
         }
+    }
+    if let Some(path) = &args.plot {
+        let title = plot::suite_title(&plan.workload, plan.tiermem.dram_budget, unix_now());
+        let panels: Vec<plot::Panel> = runs
+            .iter()
+            .map(|run| plot::Panel {
+                caption: run.case.name.to_string(),
+                results: &run.results,
+            })
+            .collect();
+        write_plot(path, &title, &panels, args.json)?;
     }
     let clean = runs
         .iter()
@@ -798,7 +873,7 @@ fn print_json(
         "policy": plan.tiermem.policy.name(),
         "faults": plan.tiermem.faults.name(),
         "backing": plan.tiermem.backing,
-        "device_qd1_read_us": device.and_then(|d| d.qd1_read_latency_us),
+        "device_qd1_read_ns": device.and_then(|d| d.qd1_read_latency_us).map(|us| (us * 1e3).round() as u64),
         "device_seq_read_mb_s": device.and_then(|d| d.seq_read_mb_s),
         "device_page_reads": device.map(|d| &d.page_reads),
         "device_limit": device.and_then(|d| d.limit.as_ref()).and_then(|l| l.as_ref().ok()),
@@ -813,6 +888,7 @@ fn print_json(
         "ratios": ratios,
         "results": results,
     });
+    let out = tiermem_host::wrap("tiermem.bench/1", out);
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }

@@ -389,7 +389,7 @@ pub fn to_json(base: &BenchPlan, runs: &[CaseRun]) -> serde_json::Value {
                 "met": run.met(),
                 "miss_p50_met": latency.map(|l| l.0),
                 "miss_p99_met": latency.map(|l| l.1),
-                "device_qd1_read_us": run.device.as_ref().and_then(|d| d.qd1_read_latency_us),
+                "device_qd1_read_ns": run.device.as_ref().and_then(|d| d.qd1_read_latency_us).map(|us| (us * 1e3).round() as u64),
                 "device_seq_read_mb_s": run.device.as_ref().and_then(|d| d.seq_read_mb_s),
                 "summary": run.results.iter().map(|r| json_summary(r, run.device.as_ref())).collect::<Vec<_>>(),
                 "results": run.results,

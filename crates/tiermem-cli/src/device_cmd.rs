@@ -273,7 +273,9 @@ pub fn run(args: &DeviceArgs) -> Result<()> {
     }
 
     if args.json {
-        println!("{}", report.to_json()?);
+        let body = serde_json::to_value(&report).context("serialising the device report")?;
+        let out = tiermem_host::wrap("tiermem.device/1", body);
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print!("{}", report.render_table());
     }

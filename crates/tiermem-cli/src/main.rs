@@ -4,12 +4,13 @@ mod bench_cmd;
 mod bench_suite;
 mod compressed_args;
 mod device_cmd;
+mod docs;
 mod format_cmd;
 mod probe_cmd;
 mod redis_bench;
 mod run_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// tiermem: a software Memory Mode for Linux.
 ///
@@ -26,6 +27,7 @@ struct Cli {
 enum Command {
     Bench(bench_cmd::BenchArgs),
     BenchRedis(redis_bench::RedisBenchArgs),
+    Completions(docs::CompletionsArgs),
     Cost(tiermem_cost::CostArgs),
     Device(device_cmd::DeviceArgs),
     Doctor(tiermem_doctor::DoctorArgs),
@@ -36,6 +38,11 @@ enum Command {
     #[command(name = "__probe-worker", hide = true)]
     ProbeWorker {
         spec: String,
+    },
+    /// Internal: writes the man pages into DIR (used by `make install`).
+    #[command(name = "__man", hide = true)]
+    Man {
+        dir: std::path::PathBuf,
     },
     /// Internal: one benchmark worker process (used by `tiermem bench`).
     #[command(name = "__bench-worker", hide = true)]
@@ -62,6 +69,9 @@ fn main() {
                 1
             }
         },
+        Command::Completions(args) => {
+            report_failure("completions", docs::completions(&args, Cli::command()))
+        }
         Command::Cost(args) => report_failure("cost", tiermem_cost::run(&args)),
         Command::Doctor(args) => report_failure("doctor", tiermem_doctor::run(&args)),
         Command::FormatStore(args) => match format_cmd::run(&args) {
@@ -81,6 +91,7 @@ fn main() {
         },
         Command::Run(args) => run_cmd::run(&args),
         Command::Probe(args) => probe_cmd::run(&args),
+        Command::Man { dir } => report_failure("__man", docs::man_pages(&dir, Cli::command())),
         Command::ProbeWorker { spec } => probe_cmd::worker(&spec),
         Command::BenchWorker { mode, spec } => bench_cmd::worker(&mode, &spec),
     };

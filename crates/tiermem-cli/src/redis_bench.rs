@@ -171,9 +171,14 @@ enum Status {
 #[derive(Debug, Serialize, Clone, Default)]
 struct BenchRow {
     rps: f64,
+    // redis-benchmark reports milliseconds; JSON times are nanoseconds.
+    #[serde(rename = "avg_latency_ns", with = "tiermem_host::ns::opt_millis")]
     avg_latency_ms: Option<f64>,
+    #[serde(rename = "p50_latency_ns", with = "tiermem_host::ns::opt_millis")]
     p50_latency_ms: Option<f64>,
+    #[serde(rename = "p99_latency_ns", with = "tiermem_host::ns::opt_millis")]
     p99_latency_ms: Option<f64>,
+    #[serde(rename = "max_latency_ns", with = "tiermem_host::ns::opt_millis")]
     max_latency_ms: Option<f64>,
 }
 
@@ -201,7 +206,9 @@ struct ModeReport {
 #[derive(Debug, Serialize, Default)]
 struct RunResult {
     port: u16,
+    #[serde(rename = "load_ns", with = "tiermem_host::ns::seconds")]
     load_seconds: f64,
+    #[serde(rename = "verify_ns", with = "tiermem_host::ns::seconds")]
     verify_seconds: f64,
     keys_verified: u64,
     /// Keys that GET found missing before the benchmark.
@@ -214,6 +221,7 @@ struct RunResult {
     missing_after: u64,
     get: BenchRow,
     set: BenchRow,
+    #[serde(rename = "benchmark_ns", with = "tiermem_host::ns::seconds")]
     benchmark_seconds: f64,
     /// INFO memory `used_memory` after loading.
     redis_used_memory: Option<u64>,
@@ -295,6 +303,7 @@ pub fn run(args: &RedisBenchArgs) -> anyhow::Result<i32> {
             data_loss,
             exit_status: code,
         };
+        let out = tiermem_host::wrap("tiermem.bench-redis/1", serde_json::to_value(&out)?);
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_human(&plan, &reports);

@@ -32,6 +32,9 @@ use tiermem_core::{parse_size, Config, Error as CoreError, Runtime};
 /// Tells libtiermem.so that it was preloaded and must interpose.
 const ENV_PRELOAD: &str = "TIERMEM_PRELOAD";
 const ENV_STATS: &str = "TIERMEM_STATS";
+const ENV_STATS_FILE: &str = "TIERMEM_STATS_FILE";
+/// Tells the library which process `tiermem run` started (see `--stats-file`).
+const ENV_STATS_OWNER: &str = "TIERMEM_STATS_OWNER";
 const ENV_MMAP_THRESHOLD: &str = "TIERMEM_MMAP_THRESHOLD";
 const ENV_NO_INHERIT: &str = "TIERMEM_NO_INHERIT";
 
@@ -127,6 +130,18 @@ pub struct RunArgs {
     #[arg(long)]
     stats: bool,
 
+    /// Write the same statistics as JSON to PATH when the program exits:
+    /// the envelope every tiermem result carries (schema
+    /// "tiermem.run-stats/1", tiermem version, kernel, command line, host
+    /// settings), the program and its pid, and every counter (times in
+    /// nanoseconds, sizes in bytes). The file holds the program tiermem
+    /// run started (after any exec: a wrapper script's final program).
+    /// With `%p` in PATH (replaced by the pid), every other process of the
+    /// run that paged writes a file of its own too. The directory must
+    /// exist. Sets TIERMEM_STATS_FILE.
+    #[arg(long, value_name = "PATH")]
+    stats_file: Option<PathBuf>,
+
     /// Tier only CMD itself: programs it executes run untiered. Sets
     /// TIERMEM_NO_INHERIT=1.
     #[arg(long)]
@@ -170,6 +185,7 @@ Environment:
   TIERMEM_POLICY          replacement policy, as --policy.
   TIERMEM_HANDLER_THREADS handler threads, as --handler-threads.
   TIERMEM_STATS           1: print statistics at exit, as --stats.
+  TIERMEM_STATS_FILE      PATH: write them as JSON at exit, as --stats-file.
   TIERMEM_MMAP_THRESHOLD  smallest tiered anonymous mmap, as --mmap-threshold.
   TIERMEM_PRESET          organization preset, as --preset.
   TIERMEM_ASSOCIATIVITY   ways per set, as --associativity.
@@ -307,6 +323,10 @@ fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
     );
     if args.stats {
         cmd.env(ENV_STATS, "1");
+    }
+    if let Some(path) = &args.stats_file {
+        cmd.env(ENV_STATS_FILE, stats_file_template(path)?);
+        cmd.env(ENV_STATS_OWNER, std::process::id().to_string());
     }
     if let Some(t) = mmap_threshold {
         cmd.env(ENV_MMAP_THRESHOLD, t);
@@ -556,6 +576,30 @@ fn is_executable(path: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
 }
 
+/// The `--stats-file` path as the library gets it: absolute (the program
+/// may change directory before it exits), in a directory that exists.
+fn stats_file_template(path: &Path) -> Result<OsString, Stop> {
+    let bad = |why: String| Stop::new(2, format!("--stats-file {}: {why}", path.display()));
+    if path.as_os_str().is_empty() || path.file_name().is_none() {
+        return Err(bad("names no file".into()));
+    }
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) => d.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let dir = dir.canonicalize().map_err(|e| {
+        bad(format!(
+            "its directory {} is not usable: {e}",
+            dir.display()
+        ))
+    })?;
+    if !dir.is_dir() {
+        return Err(bad(format!("{} is not a directory", dir.display())));
+    }
+    let name = path.file_name().unwrap_or_default();
+    Ok(dir.join(name).into_os_string())
+}
+
 /// LD_PRELOAD for the program: `lib` first, then the existing entries minus
 /// any other libtiermem.so (two interposers in one process cannot work).
 fn ld_preload(lib: &Path, existing: Option<&OsStr>) -> OsString {
@@ -765,6 +809,7 @@ mod tests {
             handler_threads: get("handler-threads"),
             mmap_threshold: get("mmap-threshold"),
             stats: false,
+            stats_file: None,
             no_inherit: false,
             encrypt: false,
             cpus: None,

@@ -581,6 +581,95 @@ fn userfaultfd_not_permitted_stops_before_the_program() {
     }
 }
 
+/// `--stats-file`: the program tiermem run started writes its statistics
+/// as JSON in the envelope, even through a shell that pages nothing and
+/// forks the program that pages; with `%p` that child writes its own file
+/// and the shell's helpers, which page nothing, write none.
+#[test]
+fn stats_file_holds_the_started_programs_statistics_as_json() {
+    let s = Scratch::new();
+    let pager =
+        "python3 -c 'b = bytearray(48 << 20); b[::4096] = bytes(len(b[::4096])); print(sum(b))'";
+    let one = s.path().join("one.json");
+    let mut cmd = s.tiermem_run(&["--dram", "16M", "--stats-file"]);
+    cmd.arg(&one).args([
+        "--",
+        "python3",
+        "-c",
+        "b = bytearray(48 << 20); print(len(b))",
+    ]);
+    let out = output_within(&mut cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&one).expect("the stats file")).expect("JSON");
+    assert_eq!(json["schema"], "tiermem.run-stats/1");
+    assert!(
+        json["program"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("python3"),
+        "{json}"
+    );
+    assert!(
+        json["stats"]["page_outs"].as_u64().unwrap_or(0) > 0,
+        "{json}"
+    );
+    assert!(json["stats"]["fault_latency"]["p50_ns"].is_u64(), "{json}");
+    for key in ["tiermem_version", "kernel", "command_line", "host"] {
+        assert!(json.get(key).is_some(), "no {key}: {json}");
+    }
+
+    let dir = s.path().join("per-pid");
+    std::fs::create_dir(&dir).expect("a directory for the files");
+    let template = dir.join("s-%p.json");
+    let mut cmd = s.tiermem_run(&["--dram", "16M", "--stats-file"]);
+    cmd.arg(&template)
+        .args(["--", "bash", "-c", &format!("{pager}; true")]);
+    let out = output_within(&mut cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let files: Vec<serde_json::Value> = std::fs::read_dir(&dir)
+        .expect("the directory")
+        .map(|e| serde_json::from_slice(&std::fs::read(e.expect("entry").path()).unwrap()).unwrap())
+        .collect();
+    let programs: Vec<&str> = files.iter().filter_map(|j| j["program"].as_str()).collect();
+    assert_eq!(
+        files.len(),
+        2,
+        "the shell and python, nothing else: {programs:?}"
+    );
+    assert!(
+        programs.iter().any(|p| p.starts_with("bash")),
+        "{programs:?}"
+    );
+    assert!(
+        programs.iter().any(|p| p.starts_with("python3")),
+        "{programs:?}"
+    );
+}
+
+#[test]
+fn a_stats_file_in_a_missing_directory_stops_before_the_program() {
+    let s = Scratch::new();
+    let tail = s.touch_marker();
+    let path = s.path().join("no-such-dir/stats.json");
+    let path_text = path.display().to_string();
+    let cmd = s.tiermem_run(&with_marker(
+        &["--dram", "64M", "--stats-file", &path_text],
+        &tail,
+    ));
+    let msg = s.expect_stop(cmd, 2);
+    assert!(msg.contains("--stats-file"), "{msg}");
+    assert!(msg.contains("no-such-dir"), "{msg}");
+}
+
 #[test]
 fn missing_backing_directory_stops_before_the_program() {
     let s = Scratch::new();

@@ -5,8 +5,9 @@
 //! The order: `TIERMEM_LIB`; else next to the running binary (a build tree's
 //! `target/release/`); one directory up from cargo's `target/*/deps` (test
 //! binaries);
-//! `../lib` and `../lib/tiermem` (an installed prefix: `PREFIX/bin/tiermem`
-//! with `PREFIX/lib/libtiermem.so.0`).
+//! `../lib`, `../lib64`, `../lib/<arch>-linux-gnu` and `../lib/tiermem` (an
+//! installed prefix: `PREFIX/bin/tiermem` with `PREFIX/lib/libtiermem.so.0`,
+//! or a `LIBDIR` of a distribution's lib64 or multiarch layout).
 
 use std::ffi::OsString;
 use std::fmt;
@@ -19,6 +20,13 @@ pub const ENV_LIB: &str = "TIERMEM_LIB";
 pub const LIB_NAME: &str = "libtiermem.so";
 /// The name an install gives the library: its SONAME.
 pub const LIB_SONAME: &str = "libtiermem.so.0";
+
+/// Debian's multiarch directory name for this architecture (`make install
+/// LIBDIR=PREFIX/lib/x86_64-linux-gnu`); right for x86_64, aarch64, riscv64
+/// and s390x, the architectures whose Debian triple is `<arch>-linux-gnu`.
+fn multiarch() -> String {
+    format!("{}-linux-gnu", std::env::consts::ARCH)
+}
 
 /// Why no usable library was found; its text ends with a fix.
 #[derive(Debug)]
@@ -75,7 +83,12 @@ pub fn candidates(exe: &Path) -> Vec<PathBuf> {
     if dir.file_name().is_some_and(|n| n == "deps") {
         dirs.push(up.to_path_buf());
     }
-    dirs.extend([lib_dir.clone(), lib_dir.join("tiermem")]);
+    dirs.extend([
+        lib_dir.clone(),
+        up.join("lib64"),
+        lib_dir.join(multiarch()),
+        lib_dir.join("tiermem"),
+    ]);
     let mut out = Vec::new();
     for d in dirs {
         out.push(d.join(LIB_NAME));
@@ -126,6 +139,19 @@ mod tests {
         std::fs::write(&lib, b"").unwrap();
         let found = find_from(None, &dir.path().join("bin/tiermem")).unwrap();
         assert_eq!(found, lib.canonicalize().unwrap());
+    }
+
+    #[test]
+    fn a_lib64_or_multiarch_libdir_is_found() {
+        for sub in ["lib64".to_owned(), format!("lib/{}", multiarch())] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+            std::fs::create_dir_all(dir.path().join(&sub)).unwrap();
+            let lib = dir.path().join(&sub).join(LIB_SONAME);
+            std::fs::write(&lib, b"").unwrap();
+            let found = find_from(None, &dir.path().join("bin/tiermem")).unwrap();
+            assert_eq!(found, lib.canonicalize().unwrap(), "{sub}");
+        }
     }
 
     #[test]

@@ -150,6 +150,7 @@ impl LatencyHistogram {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LatencySummary {
     pub count: u64,
     pub mean_ns: u64,
@@ -162,6 +163,7 @@ pub struct LatencySummary {
 
 /// A snapshot of everything the runtime counts.
 #[derive(Clone, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Stats {
     /// userfaultfd faults served: missing plus write-protect.
     pub faults: u64,

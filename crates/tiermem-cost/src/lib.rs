@@ -3,7 +3,7 @@
 //! with `--bench`, the price of a unit of measured throughput.
 
 mod bench;
-mod envelope;
+
 mod model;
 mod render;
 mod size;
@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 
-pub use envelope::envelope;
+pub use tiermem_host::envelope;
 
 use bench::{BenchFile, BenchRun, ModeCost};
 use model::{CostModel, VmMix};

@@ -16,7 +16,7 @@ use crate::job::{fmt_block_size, Pattern};
 use crate::target::{IoMode, TargetKind};
 
 /// Version of the JSON layout.
-pub const REPORT_SCHEMA: u32 = 1;
+pub const REPORT_SCHEMA: u32 = 2;
 
 /// Figures of one job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,18 +30,25 @@ pub struct JobResult {
     /// This job was the sequential fill of the fresh test file.
     #[serde(default)]
     pub fill: bool,
-    /// Wall time from first submission to last completion.
+    /// Wall time from first submission to last completion (JSON:
+    /// `runtime_ns`, as every time tiermem writes).
+    #[serde(rename = "runtime_ns", with = "tiermem_host::ns::seconds")]
     pub runtime_s: f64,
     /// Completed I/Os.
     pub ops: u64,
     pub iops: f64,
     /// Bandwidth in MB/s (10^6 bytes per second).
     pub mb_s: f64,
-    /// Per-I/O latency, submission to completion, in µs.
+    /// Per-I/O latency, submission to completion, in µs (JSON: `lat_*_ns`).
+    #[serde(rename = "lat_mean_ns", with = "tiermem_host::ns::micros")]
     pub lat_mean_us: f64,
+    #[serde(rename = "lat_p50_ns", with = "tiermem_host::ns::micros")]
     pub lat_p50_us: f64,
+    #[serde(rename = "lat_p99_ns", with = "tiermem_host::ns::micros")]
     pub lat_p99_us: f64,
+    #[serde(rename = "lat_p999_ns", with = "tiermem_host::ns::micros")]
     pub lat_p999_us: f64,
+    #[serde(rename = "lat_max_ns", with = "tiermem_host::ns::micros")]
     pub lat_max_us: f64,
     /// Process CPU (user+sys, all threads incl. io_uring kernel threads)
     /// over wall time; 100 = one CPU.
@@ -92,6 +99,7 @@ pub struct DeviceReport {
     pub io_mode: IoMode,
     /// Bytes covered by the I/O (test file or device size).
     pub test_size: u64,
+    #[serde(rename = "duration_per_job_ns", with = "tiermem_host::ns::seconds")]
     pub duration_per_job_s: f64,
     /// Queue depth of the "QD N" jobs.
     pub qd: u32,

@@ -93,7 +93,8 @@ pub struct ProbeArgs {
     /// Print exactly the five parameters as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Write PNG figures (scatter plots and histograms of chapter 4) here.
+    /// Write SVG figures (scatter plots and histograms of chapter 4) here;
+    /// the directory is made if need be. SVG text needs no font installed.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
     /// Seed for the random placement of test regions.
@@ -143,6 +144,10 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
 
 /// Runs the probe as the user asked; returns the exit status.
 pub fn run(args: &ProbeArgs, worker: Command) -> anyhow::Result<i32> {
+    if let Some(dir) = &args.plot {
+        // Before measuring: a directory that cannot be made should not cost a probe.
+        plot::make_dir(dir)?;
+    }
     let report = match args.target {
         Target::Dram => run_dram(args)?,
         Target::Tiermem => run_tiermem(args, worker)?,
@@ -158,7 +163,9 @@ pub fn run(args: &ProbeArgs, worker: Command) -> anyhow::Result<i32> {
             .with_context(|| format!("writing figures to {}", dir.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.json())?);
+        let body = serde_json::to_value(report.json())?;
+        let out = tiermem_host::wrap("tiermem.probe/1", body);
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print!("{}", report.table());
         if let Some(dir) = &args.plot {

@@ -1,44 +1,27 @@
-//! `--plot DIR`: the figures of the thesis's chapter 4 as PNG files.
+//! `--plot DIR`: the figures of the thesis's chapter 4 as SVG files.
 //!
-//! Text is drawn with DejaVu Sans (Debian's `fonts-dejavu-core`) through
-//! plotters' ab_glyph backend; without the font the figures are drawn
-//! without text.
+//! SVG text is `<text>` elements that the viewer renders with its own
+//! fonts, so drawing a figure reads no font file and every figure keeps
+//! its titles and axis labels on any machine.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
+use anyhow::Context;
 use plotters::prelude::*;
 
 use crate::report::Report;
 
-const FONT_PATHS: [&str; 3] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-];
-
-/// True once a font is registered for text.
-fn font() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        for p in FONT_PATHS {
-            if let Ok(bytes) = std::fs::read(p) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
-                    return true;
-                }
-            }
-        }
-        false
-    })
-}
-
 type Res = Result<(), Box<dyn std::error::Error>>;
 type Job<'a> = (&'static str, Box<dyn Fn(&Path) -> Res + 'a>);
 
+/// Makes the figure directory `dir`, and its parents, unless they exist.
+pub fn make_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--plot: creating {}", dir.display()))
+}
+
 /// Writes every figure into `dir` (created if needed).
 pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    make_dir(dir)?;
     let e = &r.evidence;
     let lg =
         |v: &[f64]| -> Vec<f64> { v.iter().filter(|x| **x > 0.0).map(|x| x.log10()).collect() };
@@ -50,7 +33,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
     };
     let jobs: Vec<Job> = vec![
         (
-            "4.1-line-first-read.png",
+            "4.1-line-first-read.svg",
             Box::new(|p| {
                 histograms(
                     p,
@@ -63,7 +46,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             }),
         ),
         (
-            "4.2-line-second-read.png",
+            "4.2-line-second-read.svg",
             Box::new(|p| {
                 scatter(
                     p,
@@ -76,7 +59,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             }),
         ),
         (
-            "4.3-cache-size.png",
+            "4.3-cache-size.svg",
             Box::new(|p| {
                 scatter(
                     p,
@@ -89,7 +72,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             }),
         ),
         (
-            "4.3b-cache-size-hit-ratio.png",
+            "4.3b-cache-size-hit-ratio.svg",
             Box::new(|p| {
                 let pts: Vec<(f64, f64)> = e
                     .size_hit_ratio
@@ -108,7 +91,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             }),
         ),
         (
-            "4.4-prefetch-first-access.png",
+            "4.4-prefetch-first-access.svg",
             Box::new(|p| {
                 histograms(
                     p,
@@ -118,7 +101,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             }),
         ),
         (
-            "4.4b-prefetch-walk.png",
+            "4.4b-prefetch-walk.svg",
             Box::new(|p| {
                 scatter(
                     p,
@@ -131,7 +114,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             }),
         ),
         (
-            "4.x-associativity.png",
+            "4.x-associativity.svg",
             Box::new(|p| {
                 let pts: Vec<(f64, f64)> =
                     e.assoc_points.iter().map(|&(w, c)| (w.log2(), c)).collect();
@@ -146,7 +129,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             }),
         ),
         (
-            "4.5-write.png",
+            "4.5-write.svg",
             Box::new(|p| {
                 scatter(
                     p,
@@ -163,7 +146,7 @@ pub fn write_all(r: &Report, dir: &Path) -> anyhow::Result<()> {
             }),
         ),
         (
-            "4.5b-write-histogram.png",
+            "4.5b-write-histogram.svg",
             Box::new(|p| {
                 let w: Vec<f64> = e.write_points.iter().map(|q| q.1).collect();
                 histograms(
@@ -203,26 +186,17 @@ fn bounds(v: impl Iterator<Item = f64>) -> (f64, f64) {
 /// Points, plus the mean and ±1 standard deviation per x when `means`
 /// (the thesis's figure 4.2 style).
 fn scatter(path: &Path, title: &str, xl: &str, yl: &str, pts: &[(f64, f64)], means: bool) -> Res {
-    let text = font();
-    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
     root.fill(&WHITE)?;
     let (x0, x1) = bounds(pts.iter().map(|p| p.0));
     let (y0, y1) = bounds(pts.iter().map(|p| p.1));
-    let mut b = ChartBuilder::on(&root);
-    b.margin(15);
-    if text {
-        b.caption(title, ("sans-serif", 22))
-            .x_label_area_size(40)
-            .y_label_area_size(60);
-    }
-    let mut chart = b.build_cartesian_2d(x0..x1, y0..y1)?;
-    let mut mesh = chart.configure_mesh();
-    if text {
-        mesh.x_desc(xl).y_desc(yl);
-    } else {
-        mesh.x_labels(0).y_labels(0);
-    }
-    mesh.draw()?;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(15)
+        .caption(title, ("sans-serif", 22))
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x0..x1, y0..y1)?;
+    chart.configure_mesh().x_desc(xl).y_desc(yl).draw()?;
     chart.draw_series(
         pts.iter()
             .map(|&(x, y)| Cross::new((x, y), 3, BLUE.mix(0.5).stroke_width(1))),
@@ -252,15 +226,9 @@ fn scatter(path: &Path, title: &str, xl: &str, yl: &str, pts: &[(f64, f64)], mea
 
 /// One histogram panel per series, side by side (figures 4.1, 4.4, 4.5).
 fn histograms(path: &Path, title: &str, series: &[(&str, Vec<f64>)]) -> Res {
-    let text = font();
-    let root =
-        BitMapBackend::new(path, (450 * series.len().max(1) as u32, 500)).into_drawing_area();
+    let root = SVGBackend::new(path, (450 * series.len().max(1) as u32, 500)).into_drawing_area();
     root.fill(&WHITE)?;
-    let root = if text {
-        root.titled(title, ("sans-serif", 20))?
-    } else {
-        root
-    };
+    let root = root.titled(title, ("sans-serif", 20))?;
     let panels = root.split_evenly((1, series.len().max(1)));
     for (panel, (name, v)) in panels.iter().zip(series) {
         const BINS: usize = 40;
@@ -272,22 +240,18 @@ fn histograms(path: &Path, title: &str, series: &[(&str, Vec<f64>)]) -> Res {
             counts[i] += 1;
         }
         let top = counts.iter().copied().max().unwrap_or(1).max(1);
-        let mut b = ChartBuilder::on(panel);
-        b.margin(10);
-        if text {
-            b.caption(*name, ("sans-serif", 16))
-                .x_label_area_size(30)
-                .y_label_area_size(40);
-        }
-        let mut chart = b.build_cartesian_2d(0..BINS, 0..top + top / 10 + 1)?;
+        let mut chart = ChartBuilder::on(panel)
+            .margin(10)
+            .caption(*name, ("sans-serif", 16))
+            .x_label_area_size(30)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0..BINS, 0..top + top / 10 + 1)?;
         let fmt = |i: &usize| format!("{:.1}", lo + *i as f64 * width);
-        let mut mesh = chart.configure_mesh();
-        if text {
-            mesh.x_label_formatter(&fmt).x_labels(6);
-        } else {
-            mesh.x_labels(0).y_labels(0);
-        }
-        mesh.draw()?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&fmt)
+            .x_labels(6)
+            .draw()?;
         chart.draw_series(
             counts
                 .iter()
@@ -297,4 +261,67 @@ fn histograms(path: &Path, title: &str, series: &[(&str, Vec<f64>)]) -> Res {
     }
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report whose every series has a few made-up samples.
+    fn report() -> Report {
+        let mut r = Report::default();
+        let e = &mut r.evidence;
+        let latencies: Vec<f64> = (0..200).map(|i| 30.0 + f64::from(i % 7) * 20.0).collect();
+        let points: Vec<(f64, f64)> = (1..=64)
+            .map(|i| (f64::from(i) * 64.0, 40.0 + f64::from(i)))
+            .collect();
+        e.line_first_forward = latencies.clone();
+        e.line_first_reverse = latencies.clone();
+        e.line_second = points.clone();
+        e.size_points = points.clone();
+        e.size_hit_ratio = points.iter().map(|&(x, _)| (x, 0.5)).collect();
+        e.prefetch_first = latencies.clone();
+        e.prefetch_walk = points.clone();
+        e.assoc_points = vec![(1.0, 0.9), (2.0, 0.5), (4.0, 0.1)];
+        e.write_points = points;
+        e.write_hits = latencies.clone();
+        e.read_hits = latencies;
+        r
+    }
+
+    #[test]
+    fn every_figure_is_an_svg_with_its_title_as_text() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let figures = dir.path().join("figs");
+        write_all(&report(), &figures).expect("the figures");
+        let mut names: Vec<String> = std::fs::read_dir(&figures)
+            .expect("the figure directory")
+            .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 9, "{names:?}");
+        assert!(names.iter().all(|n| n.ends_with(".svg")), "{names:?}");
+        let scatter =
+            std::fs::read_to_string(figures.join("4.2-line-second-read.svg")).expect("figure 4.2");
+        for text in [
+            ">line test: second read, reverse order<",
+            ">log2 delta (bytes)<",
+            ">log10 ns<",
+        ] {
+            let found = scatter.replace('\n', "").contains(text);
+            assert!(found, "no {text} in figure 4.2");
+        }
+    }
+
+    #[test]
+    fn empty_evidence_still_draws_every_figure() {
+        let dir = tempfile::tempdir().expect("a directory");
+        write_all(&Report::default(), dir.path()).expect("the figures");
+        assert_eq!(
+            std::fs::read_dir(dir.path())
+                .expect("the directory")
+                .count(),
+            9
+        );
+    }
 }

@@ -79,7 +79,8 @@ pub struct Report {
     pub evidence: Evidence,
 }
 
-/// The `--json` form: exactly the five keys.
+/// The `--json` form: exactly the five keys (printed beside the envelope
+/// every tiermem result carries).
 #[derive(Serialize)]
 pub struct JsonReport {
     pub cache_size_bytes: u64,

@@ -41,7 +41,8 @@ impl Known {
     }
 }
 
-/// Runs the probe; returns its JSON output (checked for exactly the five keys).
+/// Runs the probe; returns its JSON output (checked for exactly the five
+/// result keys beside the envelope every tiermem `--json` carries).
 fn run_probe(k: &Known, readahead: &str) -> serde_json::Value {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
@@ -84,12 +85,18 @@ fn run_probe(k: &Known, readahead: &str) -> serde_json::Value {
         [
             "associativity",
             "cache_size_bytes",
+            "command_line",
+            "host",
+            "kernel",
             "line_size_bytes",
             "prefetch_lines",
+            "schema",
+            "tiermem_version",
             "write_policy"
         ],
-        "exactly the five keys"
+        "exactly the five keys and the envelope"
     );
+    assert_eq!(v["schema"], "tiermem.probe/1");
     println!(
         "budget {} page {} {:?} read-ahead {readahead}: {v} ({secs:.1} s)",
         k.dram, k.page, k.flags

@@ -1,6 +1,8 @@
-//! What a tiered program prints to stderr at exit: the one-screen summary
-//! (`tiermem run --stats`, or `TIERMEM_STATS=1`), and a note when it paged
-//! to a private file instead of the backing store the run was given.
+//! What a tiered program reports at exit: the one-screen summary on stderr
+//! (`tiermem run --stats`, or `TIERMEM_STATS=1`), the same as JSON in a
+//! file (`tiermem run --stats-file PATH`, or `TIERMEM_STATS_FILE`), and a
+//! note when it paged to a private file instead of the backing store the
+//! run was given.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -22,6 +24,90 @@ pub fn register() {
     keep_stderr();
     // SAFETY: registers a plain extern "C" function with no arguments.
     unsafe { libc::atexit(print_at_exit) };
+}
+
+/// The JSON summary's path template (`%p`: the pid), for [`write_file_at_exit`].
+static STATS_FILE: OnceLock<String> = OnceLock::new();
+
+/// The `schema` of the JSON summary.
+pub const STATS_SCHEMA: &str = "tiermem.run-stats/1";
+
+/// Writes the statistics as JSON to `template` (`%p` replaced by the
+/// pid) at exit.
+pub fn register_file(template: String) {
+    if STATS_FILE.set(template).is_ok() {
+        keep_stderr();
+        // SAFETY: registers a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(write_file_at_exit) };
+    }
+}
+
+/// `template` with every `%p` replaced by `pid` (and `%%` by `%`).
+pub fn expand_stats_path(template: &str, pid: u32) -> String {
+    let mut out = String::with_capacity(template.len() + 8);
+    let mut chars = template.chars();
+    while let Some(c) = chars.next() {
+        match (c, chars.clone().next()) {
+            ('%', Some('p')) => {
+                out.push_str(&pid.to_string());
+                chars.next();
+            }
+            ('%', Some('%')) => {
+                out.push('%');
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// The summary as JSON: the envelope, the program and its pid, and every
+/// counter of [`Stats`] (times in nanoseconds, sizes in bytes).
+pub fn stats_json(program: &str, pid: u32, s: &Stats) -> serde_json::Value {
+    tiermem_host::wrap(
+        STATS_SCHEMA,
+        serde_json::json!({ "program": program, "pid": pid, "stats": s }),
+    )
+}
+
+/// `tiermem run`'s pid, which it passes so that the program it started
+/// (its child, after any exec) can tell itself from the run's other
+/// processes.
+pub const ENV_STATS_OWNER: &str = "TIERMEM_STATS_OWNER";
+
+/// Whether this process writes the stats file: the program `tiermem run`
+/// started always does (or any process, outside `tiermem run`); the
+/// other processes of a run (a shell's subshells, a version manager's
+/// helpers, the program's children) only when `%p` gives each a file of
+/// its own, and only if they paged, so that helpers leave no litter.
+fn writes_stats_file(template: &str, owner: Option<u32>, parent: u32, s: &Stats) -> bool {
+    let started_by_run = owner.is_none_or(|o| o == parent);
+    started_by_run || (template.contains("%p") && s.page_ins + s.page_outs > 0)
+}
+
+extern "C" fn write_file_at_exit() {
+    let _inside = Guard::enter();
+    let Some(template) = STATS_FILE.get() else {
+        return;
+    };
+    let stats = runtime().stats();
+    let owner = std::env::var(ENV_STATS_OWNER)
+        .ok()
+        .and_then(|v| v.parse().ok());
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() } as u32;
+    if !writes_stats_file(template, owner, parent, &stats) {
+        return;
+    }
+    let pid = std::process::id();
+    let path = expand_stats_path(template, pid);
+    let json = stats_json(&program_name(), pid, &stats);
+    let text = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";
+    if let Err(e) = std::fs::write(&path, text) {
+        let msg = format!("tiermem: writing the statistics to {path} failed: {e}\n");
+        write_all(stderr_fd(), msg.as_bytes());
+    }
 }
 
 /// Says at exit, if this process paged anything, that its pages went to a
@@ -251,6 +337,56 @@ fn errors_line(s: &Stats) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stats_path_expands_the_pid() {
+        assert_eq!(expand_stats_path("/tmp/s-%p.json", 42), "/tmp/s-42.json");
+        assert_eq!(expand_stats_path("/tmp/100%%-%p", 7), "/tmp/100%-7");
+        assert_eq!(expand_stats_path("/tmp/plain%", 7), "/tmp/plain%");
+    }
+
+    #[test]
+    fn the_run_program_always_writes_and_helpers_only_their_own_paging() {
+        let idle = Stats::default();
+        let paged = Stats {
+            page_outs: 3,
+            ..Stats::default()
+        };
+        assert!(
+            writes_stats_file("/s.json", Some(10), 10, &idle),
+            "the started program"
+        );
+        assert!(
+            writes_stats_file("/s.json", None, 1, &idle),
+            "outside tiermem run"
+        );
+        assert!(
+            !writes_stats_file("/s.json", Some(10), 11, &paged),
+            "would overwrite"
+        );
+        assert!(
+            !writes_stats_file("/s-%p.json", Some(10), 11, &idle),
+            "paged nothing"
+        );
+        assert!(writes_stats_file("/s-%p.json", Some(10), 11, &paged));
+    }
+
+    #[test]
+    fn the_json_summary_has_the_envelope_and_every_counter() {
+        let s = Stats {
+            page_ins: 50,
+            page_size: 4096,
+            policy: "clock",
+            ..Stats::default()
+        };
+        let v = stats_json("prog", 9, &s);
+        assert_eq!(v["schema"], STATS_SCHEMA);
+        assert_eq!(v["program"], "prog");
+        assert_eq!(v["pid"], 9);
+        assert_eq!(v["stats"]["page_ins"], 50);
+        assert!(v["stats"]["fault_latency"]["p99_ns"].is_u64());
+        assert!(v["host"]["cgroup"].is_string());
+    }
 
     #[test]
     fn summary_has_every_figure_the_issue_asks_for() {

@@ -30,6 +30,8 @@ pub use guard::Guard;
 /// Environment switches read by the preloaded library.
 pub const ENV_PRELOAD: &str = "TIERMEM_PRELOAD";
 pub const ENV_STATS: &str = "TIERMEM_STATS";
+/// Where to write the exit statistics as JSON (`%p`: the pid).
+pub const ENV_STATS_FILE: &str = "TIERMEM_STATS_FILE";
 pub const ENV_MMAP_THRESHOLD: &str = "TIERMEM_MMAP_THRESHOLD";
 pub const ENV_NO_INHERIT: &str = "TIERMEM_NO_INHERIT";
 
@@ -108,6 +110,9 @@ fn start() -> Result<(), String> {
     }
     if env(ENV_STATS).as_deref() == Some("1") {
         exit_stats::register();
+    }
+    if let Some(template) = env(ENV_STATS_FILE).filter(|t| !t.is_empty()) {
+        exit_stats::register_file(template);
     }
     STATE.store(ACTIVE, Ordering::Release);
     Ok(())

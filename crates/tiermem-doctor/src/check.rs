@@ -1,0 +1,102 @@
+//! One check's outcome: a status, what was found, and how to fix it.
+
+use serde::Serialize;
+
+/// How a check came out. Only `Fail` changes the exit code: a warning is
+/// something tiermem works around, at a cost the detail names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    /// The word the human report starts its line with.
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// A short identifier, the same in the text and the JSON.
+    pub name: &'static str,
+    pub status: Status,
+    /// What was found, on one line.
+    pub detail: String,
+    /// The one-line fix of a warning or failure; `None` for a pass.
+    pub fix: Option<String>,
+}
+
+impl Check {
+    pub fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            status: Status::Pass,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    pub fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name,
+            status: Status::Warn,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    pub fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name,
+            status: Status::Fail,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// Bytes as a person reads them: `8 MiB`, `72.5 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || value.fract() == 0.0 || value >= 100.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_naturally() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(8 << 20), "8 MiB");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(human_bytes(u64::MAX), "16777216 TiB");
+    }
+
+    #[test]
+    fn statuses_serialise_in_lower_case() {
+        let json = serde_json::to_string(&Check::warn("x", "d", "f")).expect("serialises");
+        assert!(json.contains("\"status\":\"warn\""), "{json}");
+        let json = serde_json::to_string(&Check::pass("x", "d")).expect("serialises");
+        assert!(json.contains("\"fix\":null"), "{json}");
+    }
+}
