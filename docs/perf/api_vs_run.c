@@ -1,5 +1,6 @@
 /* The same random-access workload through the C API and under `tiermem run`.
  *
+ *   make   (builds, and links target/release/libtiermem.so.0, the SONAME)
  *   cc -O2 docs/perf/api_vs_run.c -Iinclude -Ltarget/release -ltiermem -o api_vs_run
  *   LD_LIBRARY_PATH=target/release ./api_vs_run api 2048 512 10
  *   tiermem run --dram 512M -- ./api_vs_run malloc 2048 512 10
