@@ -28,7 +28,8 @@ child of `tiermem bench`):
 A trace of every system call slows the threads it traces, and perf itself
 takes a CPU: on a 2-vCPU guest it crowds the program's threads onto one
 CPU. Compare the shapes, not the absolute figures, with an untraced run.
-(BENCHMARKS.md, "Issue #4, eighth pass".)
+(Its findings: docs/notebook/benchmarks-random-access-passes.md, "Issue #4,
+eighth pass".)
 """
 
 import argparse

@@ -16,8 +16,9 @@
  *   for r in -1 5000 -1 10000 -1 20000; do ./tlb_shootdown_cost $r; done
  *
  * The worker's loss divided by the flushes is the cost per shootdown; the
- * flusher's mean mprotect time is the sender's. BENCHMARKS.md, "Issue #4,
- * twelfth pass", has the figures of the 2-vCPU guest.
+ * flusher's mean mprotect time is the sender's. The figures of the 2-vCPU
+ * guest are in docs/notebook/benchmarks-random-access-passes.md, "Issue #4,
+ * twelfth pass".
  */
 #define _GNU_SOURCE
 #include <pthread.h>

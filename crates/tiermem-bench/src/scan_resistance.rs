@@ -1,7 +1,7 @@
-//! The scan-resistance workload (issue #5): a hot set of half the DRAM
-//! budget is read over and over while one sequential scan of twice the
-//! budget passes through, 1 MiB of scan between two passes over the hot set,
-//! as tiermem-core's `tests/scan_resistance.rs` does. A scan-resistant cache
+//! The scan-resistance workload: a hot set of half the DRAM budget is read
+//! over and over while one sequential scan of twice the budget passes
+//! through, 1 MiB of scan between two passes over the hot set, as
+//! tiermem-core's `tests/scan_resistance.rs` does. A scan-resistant cache
 //! keeps the hot set: the scan's pages are used once and should leave first.
 //!
 //! The hot set's hit ratio comes from the mode's own miss counters (see

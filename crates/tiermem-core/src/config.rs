@@ -37,7 +37,8 @@ const SIZE_FORM: &str = "expected a size like 262144, 256K, 256M, 4G or 25% (of 
 /// Which pages leave DRAM first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PolicyKind {
-    /// Evict in page-in order: the thesis's baseline. Blind to references.
+    /// Evict in page-in order: the simplest policy, kept as a baseline.
+    /// Blind to references.
     Fifo,
     /// Second chance with real reference detection (write faults and
     /// soft-unmapped probation) and more turns for pages seen in use

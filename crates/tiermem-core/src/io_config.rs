@@ -38,7 +38,8 @@ pub enum IoEngine {
     Psync,
 }
 
-/// Completion polling of the io_uring (seed 002: CPU for microseconds).
+/// Completion polling of the io_uring: polling spends CPU time to take
+/// microseconds off each completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PollMode {
     /// Interrupt-driven completions.

@@ -2,10 +2,11 @@
 //!
 //! Under signal delivery a thread that faults on a page another thread
 //! owns (a read-ahead read in flight, a page being evicted) has to wait in
-//! its signal handler. Spinning there took a whole CPU in a scan: the
-//! program caught up with read-ahead and yielded in a loop on one of the
-//! two vCPUs, while the read-ahead thread that had to install its pages
-//! and the evictor shared the other (BENCHMARKS.md, "Issue #4, ninth
+//! its signal handler. Spinning there takes a whole CPU in a scan: the
+//! program catches up with read-ahead and yields in a loop on one of the
+//! two vCPUs, while the read-ahead thread that has to install its pages
+//! and the evictor share the other
+//! (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, ninth
 //! pass"). So, after a short spin, it sleeps on a futex. Every owner that
 //! releases a page wakes the sleepers, and only when there are some: one
 //! fence and one load on its way out otherwise. Runtimes with handler

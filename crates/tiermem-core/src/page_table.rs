@@ -1,7 +1,9 @@
 //! Flat per-page state: one atomic word per tiermem page.
 //!
-//! The thesis kept pages in linked lists and spent 96% of its time searching
-//! them. Here a page's number is an index, its state is one `AtomicU64`, and
+//! Finding a page's state must not be a search: a user-space Memory Mode
+//! that kept its pages in linked lists spent 96% of its time searching them
+//! ("An Analysis and Software Reimplementation of Intel Optane DC Memory
+//! Mode"). Here a page's number is an index, its state is one `AtomicU64`, and
 //! every transition is a compare-and-swap. Whoever moves a page into a busy
 //! kind (`Loading`, `Evicting`) owns it exclusively until it moves it out.
 

@@ -965,7 +965,8 @@ pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
             // running elsewhere often reads the fault first, and the
             // scheduler moves a woken thread away from a busy handler's
             // CPU. Measured no worse than one unpinned handler
-            // (BENCHMARKS.md, "Issue #4, third pass").
+            // (docs/notebook/benchmarks-random-access-passes.md, "Issue #4,
+            // third pass").
             if let Some(cpu) = cpu {
                 // Best effort: placement is a matter of speed only.
                 let _ = crate::sys::thread::pin_current_thread(cpu);

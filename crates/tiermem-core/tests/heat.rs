@@ -1,8 +1,8 @@
-//! CLOCK's heat (issue #4, zipf): every demand miss of a page is counted in
-//! the page's heat, across its stays in DRAM, whoever resolves the fault.
-//! A page that is read back again and again must show each of those misses;
-//! a page written once and never read back must show none; memory freed and
-//! allocated again starts cold.
+//! CLOCK's heat, which keeps a skewed (zipf) workload's hot pages in DRAM:
+//! every demand miss of a page is counted in the page's heat, across its
+//! stays in DRAM, whoever resolves the fault. A page that is read back again
+//! and again must show each of those misses; a page written once and never
+//! read back must show none; memory freed and allocated again starts cold.
 
 use tiermem_core::{Config, FaultDelivery, PolicyKind, Runtime};
 

@@ -1,6 +1,6 @@
-//! The cache organization knobs (issue #5): every page survives heavy
-//! paging under each organization, and each knob does what it says, seen
-//! in the runtime's own counters.
+//! The cache organization knobs: every page survives heavy paging under each
+//! organization, and each knob does what it says, seen in the runtime's own
+//! counters.
 
 mod common;
 

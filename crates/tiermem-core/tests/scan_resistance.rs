@@ -1,10 +1,10 @@
-//! Scan resistance (issue #5): a hot set of half the budget is read over and
-//! over while one sequential scan of twice the budget passes through. The hot
-//! set's hit ratio is the share of its page reads served without a device
-//! read, counted with `page_ins` once the runtime is quiet (only the hot pass
-//! runs while it is counted, so every page-in in that window is a hot-set
-//! miss, read-ahead of hot pages included). A probation hit is a hit: the
-//! page never left DRAM.
+//! Scan resistance: a hot set of half the budget is read over and over while
+//! one sequential scan of twice the budget passes through. The hot set's hit
+//! ratio is the share of its page reads served without a device read,
+//! counted with `page_ins` once the runtime is quiet (only the hot pass runs
+//! while it is counted, so every page-in in that window is a hot-set miss,
+//! read-ahead of hot pages included). A probation hit is a hit: the page
+//! never left DRAM.
 
 mod common;
 

@@ -1,5 +1,8 @@
-//! The thesis's fscanf failure: the kernel reading into or writing from a
-//! tiered buffer whose pages are evicted must simply wait for them.
+//! System calls on tiered buffers: the kernel reading into or writing from a
+//! tiered buffer whose pages are evicted must simply wait for them. A
+//! library such as stdio allocates a buffer and hands it straight to
+//! `read(2)`, so a runtime that only makes pages present when the program
+//! itself touches them breaks ordinary programs.
 
 mod common;
 

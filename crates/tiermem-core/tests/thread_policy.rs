@@ -1,5 +1,5 @@
-//! The evictor runs as a batch thread (issue #4): a fault's kick must not
-//! let it preempt the faulting thread on its own CPU.
+//! The evictor runs as a batch thread: a fault's kick must not let it
+//! preempt the faulting thread on its own CPU.
 
 use tiermem_core::{Config, Runtime};
 

@@ -91,8 +91,8 @@ The checks, in order:
   device_queue    The queue of the disk under the store (st_dev ->
                   /sys/dev/block/MAJ:MIN, a partition's parent): scheduler,
                   nr_requests, io_poll, and nvme's or virtio_blk's
-                  poll_queues. Polling trades CPU for microseconds (seed
-                  002) and is optional, so a disk without poll queues
+                  poll_queues. Polling trades CPU for microseconds of
+                  latency and is optional, so a disk without poll queues
                   passes. WARN when TIERMEM_IO_POLL=iopoll|hybrid meets a
                   queue without poll queues, on bfq for a non-rotational
                   disk, or when nr_requests is below TIERMEM_IO_DEPTH.

@@ -1,5 +1,6 @@
 //! The report: aligned lines and a summary for people, one JSON object
-//! with the common envelope (issue #24, part 5) for scripts.
+//! inside the envelope every tiermem command's JSON shares
+//! (`tiermem_host::envelope`) for scripts.
 
 use serde_json::Value;
 

@@ -1,6 +1,6 @@
-//! `--target dram`: the same five questions asked of the CPU's caches, which
-//! is how the thesis validated its method (section 4.4: "the tests ... did
-//! provide expected results ... when tested on the L3 cache").
+//! `--target dram`: the same five questions asked of the CPU's caches, whose
+//! organization is known, so that a wrong answer here shows the method
+//! itself is wrong.
 //!
 //! At this scale a miss costs ~100 ns and a hit ~1 ns, next to a timing
 //! overhead of ~10–30 ns, so single accesses are classified against a
@@ -174,7 +174,7 @@ impl<'a> CpuProbe<'a> {
     /// Two methods. Decisive: load `a`, clflush `a + x`, time `a` again: it
     /// misses iff `a + x` shares its line (clflush works per line), so the
     /// line is the smallest power of two `x` after which `a` survives.
-    /// For the thesis's figures: pairs after flushing (first read `a + x`,
+    /// For the figures: pairs after flushing (first read `a + x`,
     /// then `a`), whose second read is fast within a line.
     fn line_size(&mut self) -> Estimate {
         let mut line = 0;
@@ -383,12 +383,13 @@ impl<'a> CpuProbe<'a> {
         median(&samples)
     }
 
-    /// L1 associativity, seed 004's method with chasing instead of single
-    /// timed loads (an L1 and an L2 hit differ by less than the timing
-    /// overhead): `w + 1` lines one way apart all fall into one set of a
-    /// `w`-way cache, so chasing around them misses L1 on every load once
-    /// `w` reaches the associativity. A way spans a power of two (sets are
-    /// indexed by address bits): the one nearest to the measured size / `w`.
+    /// L1 associativity, by the method of the paging test (`paging`), with
+    /// chasing instead of single timed loads (an L1 and an L2 hit differ by
+    /// less than the timing overhead): `w + 1` lines one way apart all fall
+    /// into one set of a `w`-way cache, so chasing around them misses L1 on
+    /// every load once `w` reaches the associativity. A way spans a power of
+    /// two (sets are indexed by address bits): the one nearest to the
+    /// measured size / `w`.
     fn associativity(&mut self, c: usize, l: usize, _l2: Option<usize>) -> Estimate {
         if c < 4 * l {
             return Estimate::default();

@@ -1,7 +1,9 @@
 //! `tiermem probe`: infers the organization of a memory cache from timing
-//! alone — seed 004's five tests (cache size, line size, prefetch,
-//! associativity, write policy), done with serialized rdtsc/rdtscp timing,
-//! timer-interrupt filtering, randomized cache clearing and outlier removal.
+//! alone — five tests (cache size, line size, prefetch, associativity,
+//! write policy), after the method of "An Analysis and Software
+//! Reimplementation of Intel Optane DC Memory Mode" (chapter 4), done with
+//! serialized rdtsc/rdtscp timing, timer-interrupt filtering, randomized
+//! cache clearing and outlier removal.
 //!
 //! Targets:
 //! - `dram`: the CPU's caches, measured in this process (validates the method);
@@ -58,7 +60,7 @@ impl Target {
 }
 
 /// Infer a memory cache's size, line size, prefetch degree, associativity
-/// and write policy from access timing (seed 004, chapter 4).
+/// and write policy from access timing alone.
 ///
 /// Examples:
 ///   tiermem probe --target dram
@@ -93,7 +95,7 @@ pub struct ProbeArgs {
     /// Print exactly the five parameters as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Write SVG figures (scatter plots and histograms of chapter 4) here;
+    /// Write SVG figures (scatter plots and histograms of each test) here;
     /// the directory is made if need be. SVG text needs no font installed.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,

@@ -2,21 +2,22 @@
 //! (tiermem, kernel swap). Hits take ~0.1 µs (a mapped page) to ~20 µs (a
 //! minor fault, e.g. a tiermem probation hit: still no device read), misses
 //! ~50–100 µs (a device read), so one timed access tells them apart, and the
-//! tests of seed 004 work with page-scale strides.
+//! five tests work with page-scale strides.
 //!
-//! Method, as the issue asks:
+//! Method:
 //! - every access is timed with serialized rdtsc/rdtscp (`sys::time_read`);
 //! - timer interrupts of this CPU are counted from `/proc/interrupts` around
 //!   each small batch of timed accesses; samples of a disturbed batch are
 //!   discarded (and replaced by new ones);
-//! - memory is made uncached with the thesis's improved clearing: a random
-//!   test region is read first, then the memory before it descending and
-//!   after it ascending, interleaved, for twice the cache size;
+//! - memory is made uncached by clearing around a test region placed at
+//!   random, so that no region grows hot from test to test: the region is
+//!   read first, then the memory before it descending and after it
+//!   ascending, interleaved, for twice the cache size;
 //! - latency summaries drop outliers (modified z-score), decisions are
 //!   majority votes over repeated samples.
 //!
 //! A sample only counts if its first access really missed: that is how a
-//! clearing that did not work (the thesis's problem) is caught.
+//! clearing that did not work is caught, instead of passing for a hit.
 
 use crate::report::{Estimate, Evidence, Report, WritePolicy};
 use crate::stats::{median, quantile, vote_confidence, without_outliers};
@@ -178,7 +179,7 @@ impl<'a> Probe<'a> {
         }
     }
 
-    /// The thesis's improved cache clearing: read the test region `t`
+    /// Cache clearing around a random test region: read the test region `t`
     /// first, then the memory before it descending and after it ascending,
     /// interleaved, `clear_bytes` in all.
     fn clear(&mut self, t_off: usize, t_len: usize) {
@@ -330,7 +331,7 @@ impl<'a> Probe<'a> {
         Ok(())
     }
 
-    /// Reverse pairs (the thesis's section 4.1.2): read `a + x`, then `a`
+    /// Reverse pairs (the line size test): read `a + x`, then `a`
     /// with `a` aligned to the power of two above `x`. The second read hits
     /// only when both are in one line; reading backwards keeps a forward
     /// prefetcher from faking it. Returns (hit, valid) for one sample.
@@ -403,8 +404,8 @@ impl<'a> Probe<'a> {
             self.say("line size", 0.15 + 0.08 * (lo as f64 - 6.0) / 15.0);
         }
         let line = 1usize << lo;
-        // Verify around the boundary, with both forms of the thesis's
-        // deltas (2^n and 2^n - 1).
+        // Verify around the boundary, with deltas of both forms (2^n and
+        // 2^n - 1).
         let mut agree = 0;
         let mut total = 0;
         let checks: [(usize, bool); 4] = [
@@ -421,7 +422,7 @@ impl<'a> Probe<'a> {
             total += n;
             agree += if expect_same { same } else { n - same };
         }
-        // Forward pairs at the line size, for the thesis's figure 4.1.
+        // Forward pairs at the line size, for figure 4.1's forward panel.
         for _ in 0..8 {
             let _ = self.pair(line / 2, false, &mut area);
         }
@@ -663,7 +664,7 @@ impl<'a> Probe<'a> {
         }
     }
 
-    /// Seed 004's section 4.1.4 with the measured size `c` and line `l`: if
+    /// The associativity test, with the measured size `c` and line `l`: if
     /// the cache had `w` ways, lines `c / w` apart would share a set, and
     /// reading `w + 1` of them would evict the first. The smallest `w`
     /// for which that happens is the associativity; if none does (up to a

@@ -1,4 +1,8 @@
-//! `--plot DIR`: the figures of the thesis's chapter 4 as SVG files.
+//! `--plot DIR`: the samples behind each test's estimate as SVG files.
+//! Each file name starts with the number of the matching figure in chapter
+//! 4 of "An Analysis and Software Reimplementation of Intel Optane DC
+//! Memory Mode", whose method the probe follows, so that the two can be
+//! laid side by side.
 //!
 //! SVG text is `<text>` elements that the viewer renders with its own
 //! fonts, so drawing a figure reads no font file and every figure keeps
@@ -184,7 +188,7 @@ fn bounds(v: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 /// Points, plus the mean and ±1 standard deviation per x when `means`
-/// (the thesis's figure 4.2 style).
+/// (the style of figure 4.2).
 fn scatter(path: &Path, title: &str, xl: &str, yl: &str, pts: &[(f64, f64)], means: bool) -> Res {
     let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
     root.fill(&WHITE)?;

@@ -29,7 +29,7 @@ impl WritePolicy {
     }
 }
 
-/// Samples behind the figures of the thesis's chapter 4, in nanoseconds.
+/// Samples behind the `--plot` figures, in nanoseconds.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Evidence {
     /// Line test: latency of the first read of each pair (forwards, reverse).

@@ -281,7 +281,9 @@ impl Drop for Region {
 }
 
 /// Local timer interrupts of one CPU, read from `/proc/interrupts` (the `LOC`
-/// line) without allocating: the thesis's timer-interrupt reader.
+/// line) without allocating, so that reading it between timed accesses does
+/// not itself disturb them. The samples of a batch that took a timer
+/// interrupt are discarded.
 pub struct IrqCounter {
     fd: i32,
     column: usize,

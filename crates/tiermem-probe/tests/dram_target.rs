@@ -1,4 +1,4 @@
-//! The method checked on the CPU's caches, as the thesis validated it: the
+//! The method checked on the CPU's caches, whose organization is known: the
 //! line size of x86-64 caches is 64 bytes.
 
 use std::process::Command;

@@ -1,8 +1,8 @@
-//! `--plot DIR` writes the chapter 4 figures as SVG with their text, even
-//! on a machine without any font: the probe runs with /usr/share/fonts
-//! hidden behind an empty tmpfs in a private mount namespace (where it may:
-//! root, `unshare`), as a figure drawn with a font file read at run time
-//! would lose every title and label there.
+//! `--plot DIR` writes the figures as SVG with their text, even on a machine
+//! without any font: the probe runs with /usr/share/fonts hidden behind an
+//! empty tmpfs in a private mount namespace (where it may: root, `unshare`),
+//! as a figure drawn with a font file read at run time would lose every
+//! title and label there.
 
 use std::path::Path;
 use std::process::Command;

@@ -1,5 +1,5 @@
-//! The probe against tiermem configurations whose organization is known
-//! (issue #5's recovery criterion): cache size within ±10% of the budget,
+//! The probe against tiermem configurations whose organization is known,
+//! recovered to this precision: cache size within ±10% of the budget,
 //! line size = page size exactly, associativity, prefetch degree and write
 //! policy exactly. Five organizations are covered: fully associative with
 //! 4 KiB pages and no prefetch (write-back), 4-way with 16 KiB pages,

@@ -61,11 +61,12 @@ pub(crate) fn evictor_loop(rt: &Shared) {
     ev.hand_back_probation();
 }
 
-/// A fault kicks the evictor from the faulting thread's CPU, and at times
-/// the scheduler woke it right there, preempting that thread while it
-/// polled for its read: one batch (write-protect, copy, zap, submit) is
-/// about 150 µs of CPU, added to that miss (49 of 1,039 misses over 200 µs
-/// in a 2 s trace, 15 of 916 after; BENCHMARKS.md, "Issue #4, eighth
+/// A fault kicks the evictor from the faulting thread's CPU, and a normal
+/// thread there is at times woken right away, preempting the faulting
+/// thread while it polls for its read: one batch (write-protect, copy, zap,
+/// submit) is about 150 µs of CPU, added to that miss (49 of 1,039 misses
+/// over 200 µs in a 2 s trace, 15 of 916 with a batch evictor;
+/// docs/notebook/benchmarks-random-access-passes.md, "Issue #4, eighth
 /// pass"). As a batch thread it waits for a slice instead, or runs on an
 /// idle CPU; the free-page watermarks hold far more than a slice's worth
 /// of faults.

@@ -234,9 +234,10 @@ impl<'a> RingHandler<'a> {
     /// fault set aside on a busy page): polling then saves it a wake-up of
     /// this handler. Read-ahead alone is left to the interrupt: polling for
     /// it only takes the CPU the program and the evictor need. Under signal
-    /// delivery the read-ahead thread reads nothing else, and it used
-    /// 80–90% of a CPU polling during a scan (BENCHMARKS.md, "Issue #4,
-    /// fifth pass").
+    /// delivery the read-ahead thread reads nothing else, and polling for
+    /// it takes 80–90% of a CPU during a scan
+    /// (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, fifth
+    /// pass").
     fn someone_waits(&self) -> bool {
         self.awaited_in_flight > 0 || (self.in_flight > 0 && !self.deferred.is_empty())
     }

@@ -1,5 +1,6 @@
-//! FIFO: pages leave in the order they came in. The thesis's baseline; it
-//! ignores references, so a hot page is evicted as readily as a cold one.
+//! FIFO: pages leave in the order they came in. The simplest policy, kept
+//! as a baseline for the others; it ignores references, so a hot page is
+//! evicted as readily as a cold one.
 
 use crossbeam_queue::SegQueue;
 

@@ -142,7 +142,7 @@ impl FileStore {
     }
 
     /// Without O_DIRECT, written and read pages would pile up in the page
-    /// cache and push application memory out (seed 003); drop them.
+    /// cache and push application memory out; drop them.
     fn drop_cached(&self, offset: i64, len: usize) {
         if !self.direct_io {
             // SAFETY: fadvise on our own fd with a valid range.

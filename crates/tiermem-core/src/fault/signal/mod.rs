@@ -11,8 +11,9 @@
 //!
 //! Why: with handler threads a miss wakes two threads, the handler when the
 //! fault arrives and the faulting thread when its page is in, and on a VM
-//! each wake-up of a thread on another vCPU costs about 15 µs (BENCHMARKS.md,
-//! "Issue #4, third pass"). Here no other thread takes part.
+//! each wake-up of a thread on another vCPU costs about 15 µs
+//! (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, third
+//! pass"). Here no other thread takes part.
 //!
 //! The price: the kernel's own accesses to tiered memory (a `read(2)` into
 //! it) fail with EFAULT instead of waiting, so this is opt-in and refused
@@ -61,8 +62,9 @@ use slots::Claimed;
 /// Longest a faulting thread polls for its reads before it sleeps. Longer
 /// than a handler's poll: the thread has nothing else to do, and a read
 /// slowed by write-back or by the host can take 200–500 µs, after which a
-/// sleeping thread still pays its wake-up (BENCHMARKS.md, "Issue #4,
-/// eighth pass"). Other threads still get the CPU: see [`cpus_to_spare`].
+/// sleeping thread still pays its wake-up
+/// (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, eighth
+/// pass"). Other threads still get the CPU: see [`cpus_to_spare`].
 const POLL_NS: u64 = 1_000_000;
 
 /// How long a thread waiting for another thread's page spins before it
@@ -427,8 +429,9 @@ fn read_entry(rt: &Shared, buffer: *mut u8, reads: &[PageRead], i: usize) -> squ
 /// misses while every CPU polls sleeps, and all of them do, rather than
 /// queue behind the pollers. Two threads missing at once on two CPUs both
 /// poll: a thread waiting for the device leaves its CPU mostly idle, and
-/// polling there beat sleeping by about 12% in pages/s (BENCHMARKS.md,
-/// "Issue #4, fifth pass"); the evictor still gets its turn, as the
+/// polling there beats sleeping by about 12% in pages/s
+/// (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, fifth
+/// pass"); the evictor still gets its turn, as the
 /// scheduler shares a CPU between a poller and a runnable thread, and a
 /// poll lasts at most `POLL_NS`. With a single CPU a poller would hold up the
 /// read-ahead thread and the evictor it may need, so it never polls.
