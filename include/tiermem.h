@@ -10,8 +10,11 @@
  * cache organization: TIERMEM_ASSOCIATIVITY, TIERMEM_PREFETCH,
  * TIERMEM_WRITE_POLICY, TIERMEM_INCLUSION, TIERMEM_PRESET, and
  * TIERMEM_FAULTS; the error policy: TIERMEM_CHECKSUMS, TIERMEM_ENCRYPT,
- * TIERMEM_IO_DEADLINE, and TIERMEM_INJECT_FAULTS for tests; the README's Configuration table
- * lists them all), or explicitly with tm_init().
+ * TIERMEM_IO_DEADLINE, and TIERMEM_INJECT_FAULTS for tests; asynchronous
+ * I/O: TIERMEM_ASYNC_IO; reporting: TIERMEM_STATS_FILE, TIERMEM_CONTROL;
+ * the README's Configuration table lists them all), or explicitly with
+ * tm_init(). Each process answers `tiermem ctl PID stats|budget SIZE` on a
+ * control socket unless TIERMEM_CONTROL=off.
  *
  * A page tiermem cannot read back (an I/O error twice, or a checksum
  * mismatch) is lost: its access gets SIGBUS, as for a hardware memory

@@ -124,6 +124,7 @@ fn runtime() -> Option<&'static Runtime> {
         Ok(rt) => {
             // A forked child must see the evicted memory too.
             preload::fork::install();
+            preload::control::start_once(rt);
             Some(rt)
         }
         Err(e) => {

@@ -3,6 +3,7 @@
 mod bench_cmd;
 mod bench_suite;
 mod compressed_args;
+mod ctl_cmd;
 mod device_cmd;
 mod docs;
 mod format_cmd;
@@ -29,11 +30,13 @@ enum Command {
     BenchRedis(redis_bench::RedisBenchArgs),
     Completions(docs::CompletionsArgs),
     Cost(tiermem_cost::CostArgs),
+    Ctl(ctl_cmd::CtlArgs),
     Device(device_cmd::DeviceArgs),
     Doctor(tiermem_doctor::DoctorArgs),
     FormatStore(format_cmd::FormatArgs),
     Run(run_cmd::RunArgs),
     Probe(tiermem_probe::ProbeArgs),
+    Top(ctl_cmd::TopArgs),
     /// Internal: one probe worker process (used by `tiermem probe`).
     #[command(name = "__probe-worker", hide = true)]
     ProbeWorker {
@@ -73,6 +76,8 @@ fn main() {
             report_failure("completions", docs::completions(&args, Cli::command()))
         }
         Command::Cost(args) => report_failure("cost", tiermem_cost::run(&args)),
+        Command::Ctl(args) => report_failure("ctl", ctl_cmd::run(&args)),
+        Command::Top(args) => report_failure("top", ctl_cmd::top(&args)),
         Command::Doctor(args) => report_failure("doctor", tiermem_doctor::run(&args)),
         Command::FormatStore(args) => match format_cmd::run(&args) {
             Ok(()) => 0,

@@ -8,6 +8,7 @@
 //! swappiness). Every command builds its JSON inside [`envelope`].
 
 pub mod cgroup;
+pub mod control;
 pub mod mounts;
 pub mod ns;
 

@@ -65,8 +65,18 @@ pub fn expand_stats_path(template: &str, pid: u32) -> String {
 /// The summary as JSON: the envelope, the program and its pid, and every
 /// counter of [`Stats`] (times in nanoseconds, sizes in bytes).
 pub fn stats_json(program: &str, pid: u32, s: &Stats) -> serde_json::Value {
+    stats_json_with_schema(STATS_SCHEMA, program, pid, s)
+}
+
+/// [`stats_json`] under another schema (the control socket's replies).
+pub fn stats_json_with_schema(
+    schema: &str,
+    program: &str,
+    pid: u32,
+    s: &Stats,
+) -> serde_json::Value {
     tiermem_host::wrap(
-        STATS_SCHEMA,
+        schema,
         serde_json::json!({ "program": program, "pid": pid, "stats": s }),
     )
 }

@@ -10,6 +10,7 @@
 //! Without `TIERMEM_PRELOAD=1` (a program linking `-ltiermem` for the API)
 //! every interposed function forwards to glibc or the kernel unchanged.
 
+pub(crate) mod control;
 mod exit_stats;
 pub(crate) mod fork;
 mod guard;
@@ -108,6 +109,7 @@ fn start() -> Result<(), String> {
             unsafe { libc::unsetenv(var.as_ptr()) };
         }
     }
+    control::start_once(rt);
     if env(ENV_STATS).as_deref() == Some("1") {
         exit_stats::register();
     }
