@@ -299,6 +299,17 @@ fn c_program_with(
     flags: &[&str],
     args: &dyn Fn(&Path) -> Vec<String>,
 ) -> String {
+    c_program_env(name, dram, flags, &[], args)
+}
+
+/// [`c_program_with`], with variables set for the tiered run.
+fn c_program_env(
+    name: &str,
+    dram: &str,
+    flags: &[&str],
+    env: &[(&str, &str)],
+    args: &dyn Fn(&Path) -> Vec<String>,
+) -> String {
     let tmp = scratch(name);
     let Some(exe) = compile_c(name, tmp.path()) else {
         return String::new();
@@ -320,6 +331,7 @@ fn c_program_with(
         .args(["--stats", "--"])
         .arg(&exe)
         .env("TIERMEM_LIB", libtiermem())
+        .envs(env.iter().copied())
         .args(args(&tiered_dir));
     let tiered = run(
         cmd,
@@ -433,6 +445,24 @@ fn c_async_o_direct_reads_into_tiered_buffers() {
         assert!(
             stderr.contains("moved out past the kernel's pin check"),
             "{mode}: the program's asynchronous I/O was not seen\n{stderr}"
+        );
+    }
+}
+
+/// Pages the program makes unreadable (PROT_NONE) while they are resident
+/// and dirty are evicted through /proc/self/mem, with and without the
+/// compressed tier, and read back right (`tests/c/preload_unreadable.c`
+/// checks every byte). Before, the evictor's copy through the mapping
+/// killed the process with SIGSEGV.
+#[test]
+fn c_unreadable_pages_are_evicted_and_come_back() {
+    for compress in ["lz4", "off"] {
+        c_program_env(
+            "preload_unreadable",
+            "16M",
+            &[],
+            &[("TIERMEM_COMPRESS", compress)],
+            &|_| Vec::new(),
         );
     }
 }

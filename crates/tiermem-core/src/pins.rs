@@ -71,7 +71,11 @@ pub fn async_io_expected() -> bool {
 }
 
 const LOCKED: u16 = 1 << 15;
-const PIN_MAX: u16 = LOCKED - 1;
+/// The page is `mprotect`ed without `PROT_READ`: the evictor reads it
+/// through `/proc/self/mem`, which ignores protections, instead of the
+/// mapping, where the copy would fault (not a reason to keep it in DRAM).
+const UNREADABLE: u16 = 1 << 14;
+const PIN_MAX: u16 = UNREADABLE - 1;
 
 pub(crate) struct Pins {
     words: Mapping,
@@ -89,7 +93,41 @@ impl Pins {
     #[inline]
     pub fn keeps_in_dram(&self, page: PageNo) -> bool {
         fence(Ordering::SeqCst);
-        self.word(page).load(Ordering::Relaxed) != 0
+        self.word(page).load(Ordering::Relaxed) & !UNREADABLE != 0
+    }
+
+    /// Whether `page` may not be read through its mapping. Call after
+    /// taking it (`Evicting`), as [`Pins::keeps_in_dram`].
+    #[inline]
+    pub fn unreadable(&self, page: PageNo) -> bool {
+        fence(Ordering::SeqCst);
+        self.word(page).load(Ordering::Relaxed) & UNREADABLE != 0
+    }
+
+    /// Marks `pages` readable or not through their mapping. Before the
+    /// kernel takes read access away, the marks are set and any eviction
+    /// already copying one of the pages is waited for (the Dekker pairing
+    /// of the module docs); after it gives access back, they are cleared.
+    /// Only pages whose word was ever written are visited when clearing.
+    pub fn set_unreadable(&self, table: &PageTable, pages: std::ops::Range<PageNo>, on: bool) {
+        for page in pages.clone() {
+            let word = self.word(page);
+            if (word.load(Ordering::Relaxed) & UNREADABLE != 0) == on {
+                continue;
+            }
+            match on {
+                true => word.fetch_or(UNREADABLE, Ordering::Relaxed),
+                false => word.fetch_and(!UNREADABLE, Ordering::Relaxed),
+            };
+        }
+        if on {
+            fence(Ordering::SeqCst);
+            for page in pages {
+                while table.load(page).kind() == Kind::Evicting {
+                    table.sleep_while_owned(page, Duration::from_millis(1));
+                }
+            }
+        }
     }
 
     /// Pins `pages` for I/O, then waits for any eviction of them that
@@ -214,6 +252,24 @@ mod tests {
         pins.unpin_io(1..2);
         assert!(!pins.keeps_in_dram(1));
         assert_eq!(pins.set_locked(&table, 0..8, false), 2);
+    }
+
+    #[test]
+    fn unreadable_pages_are_not_kept_and_keep_their_pins() {
+        let table = PageTable::new(4).unwrap();
+        let pins = Pins::new(4).unwrap();
+        pins.set_unreadable(&table, 0..2, true);
+        assert!(pins.unreadable(0) && pins.unreadable(1) && !pins.unreadable(2));
+        assert!(!pins.keeps_in_dram(0), "unreadable is no reason to stay");
+        pins.pin_io(&table, 1..2);
+        assert!(pins.keeps_in_dram(1));
+        pins.set_unreadable(&table, 0..4, false);
+        assert!(
+            !pins.unreadable(1) && pins.keeps_in_dram(1),
+            "the pin stays"
+        );
+        pins.unpin_io(1..2);
+        assert!(!pins.keeps_in_dram(1));
     }
 
     #[test]

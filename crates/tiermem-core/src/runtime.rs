@@ -474,10 +474,13 @@ impl Runtime {
         })
     }
 
+    /// The configuration the runtime started with; [`Runtime::dram_budget`]
+    /// gives the budget now.
     pub fn config(&self) -> &Config {
         &self.shared.config
     }
 
+    /// The unit of paging, in bytes.
     pub fn page_size(&self) -> usize {
         self.shared.page_size
     }
@@ -708,6 +711,29 @@ impl Runtime {
         (self.dram_budget() / 8 / page).max(1) as usize * page as usize
     }
 
+    /// `mprotect` on tiered memory. The evictor copies a victim through its
+    /// mapping, where a page without `PROT_READ` would fault (a crash, in
+    /// the evictor); such pages are marked first, so that it reads them
+    /// through `/proc/self/mem` instead, and marked readable again once
+    /// the kernel has given the access back.
+    pub fn protect(&self, addr: usize, len: usize, prot: i32) -> Result<()> {
+        let rt = &self.shared;
+        let pages = rt.pages_in(addr, len);
+        let readable = prot & libc::PROT_READ != 0;
+        if !readable {
+            rt.pins.set_unreadable(&rt.table, pages.clone(), true);
+        }
+        // SAFETY: the caller's own mprotect(2) of its own memory.
+        unsafe { crate::sys::raw::mprotect(addr, len, prot) }.map_err(|source| Error::Os {
+            what: "changing the protection of tiered memory (mprotect)",
+            source,
+        })?;
+        if readable {
+            rt.pins.set_unreadable(&rt.table, pages, false);
+        }
+        Ok(())
+    }
+
     /// `mlock`: the tiered pages of `[addr, addr + len)` stay in DRAM and
     /// never reach the store, until [`Runtime::unlock`] or their release.
     /// Refused (`EAGAIN`, as the kernel does past its limit) when locked
@@ -792,6 +818,7 @@ impl Runtime {
         )
     }
 
+    /// The DRAM budget now, in bytes (whole pages).
     pub fn dram_budget(&self) -> u64 {
         self.shared.budget.limit() * self.shared.page_size as u64
     }
@@ -833,6 +860,7 @@ impl Runtime {
         Some(crate::policy::heat::uses_of(&self.shared.table, page))
     }
 
+    /// A snapshot of everything the runtime counts, and of its memory use now.
     pub fn stats(&self) -> Stats {
         let rt = &self.shared;
         let page = rt.page_size as u64;

@@ -11,7 +11,7 @@ use tiermem_core::sys::raw;
 
 use super::exit_stats::mib;
 use super::guard::{inside, Guard};
-use super::{active, mmap_threshold, program_name, runtime, set_errno};
+use super::{active, mmap_threshold, program_name, program_runtime, runtime, set_errno};
 
 const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
 const BASE_PAGE: usize = 4096;
@@ -178,8 +178,8 @@ unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int)
     let _inside = Guard::enter();
     runtime().map_fixed_zero(addr, len);
     if prot != libc::PROT_READ | libc::PROT_WRITE {
-        if let Err(e) = raw::mprotect(addr, len, prot) {
-            return fail(e, MAP_FAILED);
+        if let Err(e) = runtime().protect(addr, len, prot) {
+            return fail(core_errno(&e), MAP_FAILED);
         }
     }
     addr as *mut c_void
@@ -393,8 +393,22 @@ unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {
 /// its userfaultfd registration, so they go to the kernel unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
-    match raw::mprotect(addr as usize, len, prot) {
+    let tiered = program_runtime().filter(|rt| rt.contains(addr as usize));
+    let result = match tiered {
+        Some(rt) => {
+            let _inside = Guard::enter();
+            rt.protect(addr as usize, len, prot)
+                .map_err(|e| core_errno(&e))
+        }
+        None => raw::mprotect(addr as usize, len, prot),
+    };
+    match result {
         Ok(()) => 0,
         Err(e) => fail(e, -1),
     }
+}
+
+/// The errno of a runtime error, as an `io::Error` for [`fail`].
+fn core_errno(e: &tiermem_core::Error) -> io::Error {
+    io::Error::from_raw_os_error(e.errno())
 }

@@ -94,6 +94,10 @@ struct Evictor<'a> {
     staging: Option<Staging>,
     /// `move_first` cannot work on this kernel (said once).
     staging_unavailable: bool,
+    /// /proc/self/mem, for victims the program made unreadable (opened on
+    /// first use: the file is bound to the process that opens it, so a
+    /// forked child's evictor opens its own).
+    self_mem: Option<std::fs::File>,
     /// Dirty victims, sorted, to write-protect in ranges.
     dirty: Vec<PageNo>,
     demoted: Vec<Demoted>,
@@ -121,6 +125,7 @@ impl<'a> Evictor<'a> {
             sources: Vec::with_capacity(BATCH),
             staging: None,
             staging_unavailable: false,
+            self_mem: None,
             dirty: Vec::with_capacity(BATCH),
             demoted: Vec::with_capacity(BATCH),
             zapper: Zapper::new(),
@@ -411,15 +416,43 @@ impl<'a> Evictor<'a> {
             rt.policy.admit(&rt.table, page);
             return None;
         };
-        // SAFETY: the page is resident and write-protected, or moved out to
-        // staging, and we own it, so it is readable and stable for a page;
-        // the frame is ours.
-        unsafe { rt.frames.fill(frame, src as *const u8) };
+        if source == Source::Mapped && rt.pins.unreadable(page) {
+            self.fill_through_self_mem(frame, addr);
+        } else {
+            // SAFETY: the page is resident and write-protected, or moved out
+            // to staging, and we own it; the program has not taken read
+            // access away (`unreadable` is set before it does), so it is
+            // readable and stable for a page; the frame is ours.
+            unsafe { rt.frames.fill(frame, src as *const u8) };
+        }
         Some(Demoted {
             page,
             state,
             frame: Some(frame),
         })
+    }
+
+    /// Copies the page at `addr`, which the program made unreadable, into
+    /// `frame` through /proc/self/mem, which ignores protections.
+    fn fill_through_self_mem(&mut self, frame: FrameNo, addr: usize) {
+        use std::os::unix::fs::FileExt;
+        let rt = self.rt;
+        if self.self_mem.is_none() {
+            match std::fs::File::open("/proc/self/mem") {
+                Ok(f) => self.self_mem = Some(f),
+                Err(e) => rt.fatal(&format!("opening /proc/self/mem: {e}")),
+            }
+        }
+        // SAFETY: the frame is ours and `page_size` bytes long; nothing else
+        // touches it while the evictor fills it.
+        let into = unsafe { std::slice::from_raw_parts_mut(rt.frames.ptr(frame), rt.page_size) };
+        if let Some(mem) = &self.self_mem {
+            if let Err(e) = mem.read_exact_at(into, addr as u64) {
+                rt.fatal(&format!(
+                    "reading the unreadable page at {addr:#x} through /proc/self/mem: {e}"
+                ));
+            }
+        }
     }
 
     fn put_back(&self, staged: usize, addr: usize) {
@@ -569,11 +602,13 @@ impl Evictor<'_> {
             if !rt.table.transition(page, s, s.with_kind(Kind::Evicting)) {
                 continue;
             }
-            if rt.pins.keeps_in_dram(page) || move_first::wanted(rt) {
+            if rt.pins.keeps_in_dram(page) || move_first::wanted(rt) || rt.pins.unreadable(page) {
                 // Locked: never to the store. Under I/O (a pin of ours, or
                 // asynchronous I/O that only the kernel knows of): a DMA
                 // may still change it behind the write protection;
                 // eviction writes it later, once the I/O is over.
+                // Unreadable: the store cannot read it through the mapping;
+                // eviction copies it through /proc/self/mem.
                 Counters::add(&rt.counters.pinned_skips, 1);
                 rt.table.finish(page, s);
                 return None;
