@@ -1,8 +1,12 @@
 //! The memory cgroup kernel swap runs in, whichever version this machine
 //! offers (found by [`tiermem_host::cgroup`]): the control files each
-//! version names differently, and how its counters are read.
+//! version names differently, how its counters are read, how a task joins
+//! it before exec, and how its tasks are killed and it is removed.
 
+use std::ffi::CStr;
+use std::io::{self, Write};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -71,7 +75,7 @@ pub fn read_counters(
 ) -> anyhow::Result<Counters> {
     let stat_path = dir.join("memory.stat");
     let stat = read(&stat_path).with_context(|| format!("reading {}", stat_path.display()))?;
-    let field = |text: &str, key: &str| crate::kernel_swap::stat_field(text, key).ok();
+    let field = |text: &str, key: &str| stat_field(text, key).ok();
     let number = |file: &str| -> Option<u64> { read(&dir.join(file))?.trim().parse().ok() };
     Ok(match version {
         Version::V1 => {
@@ -98,6 +102,167 @@ pub fn read_counters(
                 .unwrap_or(0),
         },
     })
+}
+
+// ---------------------------------------------------------------------------
+// Tasks
+
+/// The pre_exec body. Async-signal-safe: open/write/close only.
+pub(crate) fn join_cgroup(procs: &CStr) -> io::Result<()> {
+    // SAFETY: procs is a valid NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let result = loop {
+        // SAFETY: fd is open and the buffer is a 1-byte static string.
+        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        if n == 1 {
+            break Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if n < 0 && err.raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        break Err(if n < 0 {
+            err
+        } else {
+            io::Error::from_raw_os_error(libc::EIO)
+        });
+    };
+    // SAFETY: fd was opened above and is closed exactly once.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// SIGKILLs every task in the cgroup (except ourselves) until it is empty.
+pub(crate) fn kill_cgroup_tasks(cgroup: &Path, timeout: Duration) -> Result<(), String> {
+    let procs = cgroup.join("cgroup.procs");
+    // SAFETY: getpid has no preconditions and cannot fail.
+    let me = unsafe { libc::getpid() };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let pids = match read_pids(&procs) {
+            Ok(pids) => pids,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("reading {}: {e}", procs.display())),
+        };
+        let pids: Vec<i32> = pids.into_iter().filter(|&p| p > 0 && p != me).collect();
+        if pids.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "tasks {pids:?} are still in {} {}s after SIGKILL",
+                cgroup.display(),
+                timeout.as_secs()
+            ));
+        }
+        for pid in pids {
+            kill_cgroup_task(&procs, pid);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGKILLs `pid`, which was just listed in `procs`, making sure through a
+/// pidfd that the signal cannot reach an unrelated process that reused it.
+fn kill_cgroup_task(procs: &Path, pid: i32) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            // Kernel without pidfds (< 5.3): plain kill; the pid was in the
+            // cgroup a moment ago.
+            // SAFETY: pid > 0 (checked by the caller), so this signals one
+            // process, not a group.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        return; // ESRCH: already gone.
+    }
+    let Ok(fd) = libc::c_int::try_from(fd) else {
+        return;
+    };
+    // The pidfd pins the process now; if it is still the one in our cgroup
+    // (the pid is listed again), signal it through the pidfd.
+    if read_pids(procs).is_ok_and(|pids| pids.contains(&pid)) {
+        // SAFETY: fd is a pidfd we own; a null siginfo is allowed.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd,
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+    }
+    // SAFETY: fd was returned by pidfd_open above and is closed exactly once.
+    unsafe { libc::close(fd) };
+}
+
+fn read_pids(procs: &Path) -> io::Result<Vec<i32>> {
+    Ok(std::fs::read_to_string(procs)?
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect())
+}
+
+// ---------------------------------------------------------------------------
+// Control and counter files
+
+/// The value of `key` in the text of a cgroup v1 `memory.stat` or of
+/// `/proc/vmstat` (one `name value` pair per line). Names are matched whole:
+/// `pgmajfault` is a cgroup's own count, `total_pgmajfault` includes its
+/// descendants.
+pub fn stat_field(text: &str, key: &str) -> anyhow::Result<u64> {
+    let value = text
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split_whitespace();
+            (fields.next() == Some(key)).then(|| fields.next().unwrap_or(""))
+        })
+        .with_context(|| format!("no {key} line"))?;
+    value
+        .parse()
+        .with_context(|| format!("{key} is {value:?}, not a count"))
+}
+
+/// A counter from a `name value` file such as `memory.stat`.
+pub(crate) fn read_stat_field(path: &Path, key: &str) -> anyhow::Result<u64> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    stat_field(&text, key).with_context(|| format!("in {}", path.display()))
+}
+
+/// The major faults of a memory cgroup so far (`pgmajfault` in the
+/// `memory.stat` at `memory_stat`): the swap-ins its tasks waited for.
+pub fn read_major_faults(memory_stat: &Path) -> anyhow::Result<u64> {
+    read_stat_field(memory_stat, "pgmajfault")
+}
+
+pub(crate) fn write_control(path: &Path, value: &str) -> anyhow::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    f.write_all(value.as_bytes())
+        .with_context(|| format!("writing {value} to {}", path.display()))
+}
+
+/// `rmdir`, retried while tasks are still leaving (EBUSY).
+pub(crate) fn remove_cgroup_dir(cgroup: &Path, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match std::fs::remove_dir(cgroup) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(format!("removing cgroup {}: {e}", cgroup.display())),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -175,5 +340,49 @@ mod tests {
         let read = files(&[]);
         let err = read_counters(Path::new("/cg"), Version::V2, &read).unwrap_err();
         assert!(format!("{err:#}").contains("/cg/memory.stat"), "{err:#}");
+    }
+
+    const MEMORY_STAT: &str = "cache 9261056\nrss 4505600\npgfault 216311\n\
+                               pgmajfault 42\ninactive_anon 0\ntotal_pgfault 170004752\n\
+                               total_pgmajfault 6620683\n";
+
+    #[test]
+    fn memory_stat_fields_are_matched_whole() {
+        assert_eq!(stat_field(MEMORY_STAT, "pgmajfault").unwrap(), 42);
+        assert_eq!(
+            stat_field(MEMORY_STAT, "total_pgmajfault").unwrap(),
+            6_620_683
+        );
+        assert_eq!(stat_field(MEMORY_STAT, "pgfault").unwrap(), 216_311);
+        assert_eq!(stat_field(MEMORY_STAT, "rss").unwrap(), 4_505_600);
+    }
+
+    #[test]
+    fn memory_stat_without_the_field_or_with_garbage_is_an_error() {
+        let missing = stat_field("total_pgmajfault 5\n", "pgmajfault").unwrap_err();
+        assert!(
+            missing.to_string().contains("no pgmajfault line"),
+            "{missing}"
+        );
+        let garbage = stat_field("pgmajfault lots\n", "pgmajfault").unwrap_err();
+        assert!(format!("{garbage:#}").contains("\"lots\""), "{garbage:#}");
+        assert!(stat_field("pgmajfault\n", "pgmajfault").is_err());
+        assert!(stat_field("", "pgmajfault").is_err());
+    }
+
+    #[test]
+    fn major_faults_are_read_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.stat");
+        std::fs::write(&path, MEMORY_STAT).unwrap();
+        assert_eq!(read_major_faults(&path).unwrap(), 42);
+        let error = read_major_faults(&dir.path().join("absent")).unwrap_err();
+        assert!(format!("{error:#}").contains("absent"), "{error:#}");
+        std::fs::write(&path, "total_pgmajfault 5\n").unwrap();
+        let error = format!("{:#}", read_major_faults(&path).unwrap_err());
+        assert!(
+            error.contains("memory.stat") && error.contains("no pgmajfault"),
+            "{error}"
+        );
     }
 }

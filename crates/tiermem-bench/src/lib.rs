@@ -17,6 +17,7 @@ pub mod page_data;
 pub mod page_text;
 pub mod pattern;
 pub mod plot;
+pub mod redis_bench;
 pub mod report;
 pub mod result;
 pub mod runner;

@@ -199,7 +199,7 @@ impl Drop for SettingsGuard {
 fn restore_saved(saved: &Saved) -> Result<(), String> {
     let mut errors = Vec::new();
     if let Kind::Zram { device } = &saved.kind {
-        if let Err(e) = crate::kernel_swap::swap_off_if_active(device) {
+        if let Err(e) = crate::kernel_swap::swapfile::swap_off_if_active(device) {
             errors.push(e);
         }
         if let Err(e) = write_setting(&saved.dir.join("reset"), "1") {
