@@ -5,21 +5,30 @@
  * block device. Link with -ltiermem (libtiermem.so).
  *
  * The library starts lazily on the first call, configured from TIERMEM_*
- * environment variables (TIERMEM_DRAM, TIERMEM_BACKING, TIERMEM_PAGE_SIZE,
- * TIERMEM_POLICY, TIERMEM_HANDLER_THREADS, TIERMEM_BACKING_SIZE, and the
- * cache organization: TIERMEM_ASSOCIATIVITY, TIERMEM_PREFETCH,
- * TIERMEM_WRITE_POLICY, TIERMEM_INCLUSION, TIERMEM_PRESET, and
- * TIERMEM_FAULTS; the error policy: TIERMEM_CHECKSUMS, TIERMEM_ENCRYPT,
- * TIERMEM_IO_DEADLINE, and TIERMEM_INJECT_FAULTS for tests; asynchronous
- * I/O: TIERMEM_ASYNC_IO; reporting: TIERMEM_STATS_FILE, TIERMEM_CONTROL;
- * the README's Configuration table lists them all), or explicitly with
- * tm_init(). Each process answers `tiermem ctl PID stats|budget SIZE` on a
- * control socket unless TIERMEM_CONTROL=off.
+ * environment variables (the README's Configuration table says what each
+ * does), or explicitly with tm_init():
+ *   budget and store: TIERMEM_DRAM, TIERMEM_BACKING, TIERMEM_BACKING_SIZE,
+ *     TIERMEM_PAGE_SIZE, TIERMEM_WATERMARK_SCALE_FACTOR;
+ *   policy and cache organization: TIERMEM_POLICY, TIERMEM_ASSOCIATIVITY,
+ *     TIERMEM_PREFETCH, TIERMEM_WRITE_POLICY, TIERMEM_INCLUSION,
+ *     TIERMEM_PRESET;
+ *   faults and I/O: TIERMEM_FAULTS, TIERMEM_HANDLER_THREADS,
+ *     TIERMEM_IO_ENGINE, TIERMEM_IO_DEPTH, TIERMEM_IO_POLL,
+ *     TIERMEM_READAHEAD, TIERMEM_PREDICT_WRITES, TIERMEM_IDLE_SPIN_US,
+ *     TIERMEM_ASYNC_IO;
+ *   the compressed tier: TIERMEM_COMPRESS, TIERMEM_COMPRESS_SHARE;
+ *   the error policy: TIERMEM_CHECKSUMS, TIERMEM_ENCRYPT,
+ *     TIERMEM_IO_DEADLINE, and TIERMEM_INJECT_FAULTS for tests;
+ *   reporting: TIERMEM_STATS, TIERMEM_STATS_FILE, TIERMEM_CONTROL;
+ *   under `tiermem run` only: TIERMEM_MMAP_THRESHOLD, TIERMEM_NO_INHERIT.
+ * Each process answers `tiermem ctl PID stats|budget SIZE` on a control
+ * socket unless TIERMEM_CONTROL=off.
  *
  * A page tiermem cannot read back (an I/O error twice, or a checksum
  * mismatch) is lost: its access gets SIGBUS, as for a hardware memory
- * error, and stderr names the address, the backing file and the offset. On failure, functions return NULL or -1, set
- * errno, and tm_last_error() describes what went wrong and how to fix it.
+ * error, and stderr names the address, the backing file and the offset.
+ * On failure, functions return NULL or -1, set errno, and tm_last_error()
+ * describes what went wrong and how to fix it.
  */
 #ifndef TIERMEM_H
 #define TIERMEM_H
