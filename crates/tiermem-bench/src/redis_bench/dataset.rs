@@ -8,7 +8,6 @@ use indicatif::ProgressBar;
 use super::plan::Plan;
 use super::resp::{encode, Conn, Reply};
 
-/// Where libtiermem.so is, overriding the search next to the binary.
 /// Keys per pipelined batch when loading and verifying.
 const BATCH_KEYS: u64 = 200;
 /// Upper bound on the bytes of values in one batch.
