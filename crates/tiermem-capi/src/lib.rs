@@ -5,6 +5,8 @@
 //! (`tm_last_error`), and never unwinds across the C boundary (the crate is
 //! built with `panic = "abort"`).
 
+#![warn(missing_docs)]
+
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
@@ -19,61 +21,120 @@ mod preload;
 #[global_allocator]
 static LIBC_HEAP: preload::libc_heap::LibcHeap = preload::libc_heap::LibcHeap;
 
+/// Explicit configuration, `struct tm_config` in `include/tiermem.h`. Zero or
+/// NULL fields keep the value from the environment, or the default when the
+/// environment does not set it.
 #[repr(C)]
 pub struct TmConfig {
+    /// DRAM for tiered pages, in bytes.
     pub dram_budget: u64,
+    /// A directory, file or block device (NUL-terminated path).
     pub backing_path: *const c_char,
+    /// Cap on the backing store, in bytes.
     pub backing_size: u64,
+    /// Unit of paging, in bytes: a power of two from 4096 to 2097152.
     pub page_size: u64,
+    /// Replacement policy: `"clock"` (the default), `"fifo"` or `"s3fifo"`.
     pub policy: *const c_char,
+    /// Userfaultfd handler threads.
     pub handler_threads: u32,
+    /// Unused and ignored: it fills the padding after `handler_threads`, so the
+    /// layout has no hidden bytes. Leave it zero.
     pub reserved0: u32,
+    /// Ways per set, as `TIERMEM_ASSOCIATIVITY`: `"0"` fully associative, `"1"`
+    /// direct-mapped, `"N"` N-way.
     pub associativity: *const c_char,
+    /// Pages read after each miss, as `TIERMEM_PREFETCH` (`"0"`: none); NULL
+    /// keeps the environment's, by default the adaptive read-ahead.
     pub prefetch: *const c_char,
+    /// `"write-back"` (the default) or `"write-through"`, as
+    /// `TIERMEM_WRITE_POLICY`.
     pub write_policy: *const c_char,
+    /// `"inclusive"` (the default) or `"exclusive"`, as `TIERMEM_INCLUSION`.
     pub inclusion: *const c_char,
+    /// A named set of the knobs above, as `TIERMEM_PRESET`: `"memory-mode"`
+    /// (direct-mapped, write-back, inclusive, no prefetch); the knobs set here
+    /// override it.
     pub preset: *const c_char,
+    /// Who resolves a fault, as `TIERMEM_FAULTS`: `"handler"` (the default) or
+    /// `"signal"`.
     pub faults: *const c_char,
 }
 
+/// Fault latency percentiles, `struct tm_latency` in `include/tiermem.h`, each
+/// within about 19% (the width of the runtime's histogram buckets).
 #[repr(C)]
 #[derive(Default)]
 pub struct TmLatency {
+    /// Faults recorded.
     pub count: u64,
+    /// Mean, in nanoseconds (exact, not bucketed).
     pub mean_ns: u64,
+    /// Median, in nanoseconds.
     pub p50_ns: u64,
+    /// 90th percentile, in nanoseconds.
     pub p90_ns: u64,
+    /// 99th percentile, in nanoseconds.
     pub p99_ns: u64,
+    /// 99.9th percentile, in nanoseconds.
     pub p999_ns: u64,
+    /// Slowest fault, in nanoseconds (exact).
     pub max_ns: u64,
 }
 
+/// The runtime's counters and sizes, `struct tm_stats` in `include/tiermem.h`,
+/// as [`tm_stats`] fills it in.
 #[repr(C)]
 #[derive(Default)]
 pub struct TmStats {
+    /// Userfaultfd faults served: missing plus write-protect.
     pub faults: u64,
+    /// Faults on pages not mapped in DRAM.
     pub missing_faults: u64,
+    /// First writes to clean pages (dirty tracking).
     pub wp_faults: u64,
+    /// First touches of never-written pages.
     pub zero_fills: u64,
+    /// Pages read from the backing store.
     pub page_ins: u64,
+    /// Pages written to the backing store.
     pub page_outs: u64,
+    /// Clean pages dropped without a write: their store copy was still valid.
     pub clean_drops: u64,
+    /// All-zero pages dropped without a write.
     pub zero_drops: u64,
+    /// Re-references caught in probation, served without I/O.
     pub probation_hits: u64,
+    /// Bytes of pages read from the backing store.
     pub bytes_read: u64,
+    /// Bytes of pages written to the backing store.
     pub bytes_written: u64,
+    /// DRAM held by tiered pages now, in bytes.
     pub resident_bytes: u64,
+    /// Most DRAM tiered pages have held at once, in bytes.
     pub peak_resident_bytes: u64,
+    /// The DRAM budget now, in bytes.
     pub budget_bytes: u64,
+    /// Live `tm_alloc`'d memory, in bytes rounded up to whole pages.
     pub allocated_bytes: u64,
+    /// Bytes the backing file occupies on disk.
     pub backing_bytes: u64,
+    /// DRAM the runtime uses for itself (page table, bitmaps, buffers), in
+    /// bytes.
     pub metadata_bytes: u64,
+    /// The unit of paging, in bytes.
     pub page_size: u64,
+    /// Time from reading a fault to resolving it, as the handler threads see it.
     pub fault_latency: TmLatency,
+    /// Pages read ahead of demand.
     pub prefetch_issued: u64,
+    /// Read-ahead pages later used.
     pub prefetch_hits: u64,
+    /// Read-ahead pages evicted unused.
     pub prefetch_wasted: u64,
+    /// Pages a miss evicted from its full set (set-associative placement).
     pub conflict_evictions: u64,
+    /// Written pages copied to the store by write-through.
     pub write_throughs: u64,
     /// Read faults installed writable because a write was predicted.
     pub predicted_writes: u64,
@@ -197,6 +258,11 @@ unsafe fn config_from(cfg: &TmConfig) -> Result<Config, Error> {
     })
 }
 
+/// Starts tiermem with the fields of `cfg` over the environment's settings
+/// (NULL: the environment only). Returns 0, or -1 with errno: EBUSY if it
+/// has started already, EINVAL for a bad setting, EPERM when userfaultfd is
+/// not permitted, or the backing store's error.
+///
 /// # Safety
 /// `cfg` must be NULL or point to a valid `struct tm_config`.
 #[no_mangle]
@@ -222,6 +288,9 @@ pub unsafe extern "C" fn tm_init(cfg: *const TmConfig) -> c_int {
     }
 }
 
+/// Allocates `len` bytes of zeroed, page-aligned tiered memory; NULL with
+/// errno on failure (EINVAL for a zero `len`, ENOMEM when the backing store
+/// cannot hold it).
 #[no_mangle]
 pub extern "C" fn tm_alloc(len: usize) -> *mut c_void {
     let Some(rt) = runtime() else {
@@ -236,6 +305,9 @@ pub extern "C" fn tm_alloc(len: usize) -> *mut c_void {
     }
 }
 
+/// Frees tiered memory; its DRAM and backing slots are reused. NULL is a
+/// no-op.
+///
 /// # Safety
 /// `p` must be NULL or a live pointer from `tm_alloc`/`tm_realloc`.
 #[no_mangle]
@@ -250,6 +322,10 @@ pub unsafe extern "C" fn tm_free(p: *mut c_void) {
     }
 }
 
+/// Resizes `p` to `len` bytes, keeping its contents. A NULL `p` allocates; a
+/// zero `len` frees `p` and returns NULL. On failure returns NULL and leaves
+/// `p` intact.
+///
 /// # Safety
 /// `p` must be NULL or a live pointer from `tm_alloc`/`tm_realloc`.
 #[no_mangle]
@@ -273,6 +349,8 @@ pub unsafe extern "C" fn tm_realloc(p: *mut c_void, len: usize) -> *mut c_void {
     }
 }
 
+/// Sets the DRAM budget to `bytes`; a shrink returns once resident memory
+/// fits. Returns 0, or -1 with errno.
 #[no_mangle]
 pub extern "C" fn tm_set_dram_budget(bytes: usize) -> c_int {
     let Some(rt) = runtime() else { return -1 };
@@ -285,11 +363,15 @@ pub extern "C" fn tm_set_dram_budget(bytes: usize) -> c_int {
     }
 }
 
+/// The DRAM budget now, in bytes; 0 if the runtime cannot start.
 #[no_mangle]
 pub extern "C" fn tm_get_dram_budget() -> usize {
     runtime().map_or(0, |rt| rt.dram_budget() as usize)
 }
 
+/// Writes the runtime's counters and sizes to `out`. Returns 0, or -1 with
+/// errno: EINVAL for a NULL `out`, or why the runtime could not start.
+///
 /// # Safety
 /// `out` must be NULL or point to writable memory for a `struct tm_stats`.
 #[no_mangle]
@@ -356,6 +438,8 @@ fn to_c(s: &Stats) -> TmStats {
     }
 }
 
+/// The calling thread's last error message, or `""` if none; valid until
+/// the thread's next failing call.
 #[no_mangle]
 pub extern "C" fn tm_last_error() -> *const c_char {
     LAST_ERROR.with(|m| m.borrow().as_ptr())

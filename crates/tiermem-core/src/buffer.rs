@@ -6,6 +6,8 @@ use std::ptr::NonNull;
 use crate::error::Result;
 use crate::runtime::Runtime;
 
+/// An owned byte buffer in tiered memory, zeroed when allocated and freed on
+/// drop; it dereferences to `[u8]`.
 pub struct TieredBuf<'rt> {
     rt: &'rt Runtime,
     ptr: NonNull<u8>,
@@ -18,6 +20,7 @@ unsafe impl Send for TieredBuf<'_> {}
 unsafe impl Sync for TieredBuf<'_> {}
 
 impl<'rt> TieredBuf<'rt> {
+    /// Allocates `len` zeroed bytes of tiered memory from `rt`.
     pub fn new(rt: &'rt Runtime, len: usize) -> Result<TieredBuf<'rt>> {
         Ok(TieredBuf {
             rt,
@@ -34,6 +37,7 @@ impl<'rt> TieredBuf<'rt> {
         Ok(())
     }
 
+    /// The address of the first byte; [`TieredBuf::resize`] may move it.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }

@@ -15,20 +15,37 @@ use crate::error_policy::ErrorPolicy;
 use crate::io_config::IoSettings;
 use crate::organization::{Inclusion, Organization, Preset, WritePolicy};
 
+/// DRAM budget of the tiered pages: a size such as `256M`, or a share of
+/// physical RAM such as `25%` (the default).
 pub const ENV_DRAM: &str = "TIERMEM_DRAM";
+/// Backing store: a directory (a private file is created there), a file or a
+/// block device; [`DEFAULT_BACKING_DIR`] by default.
 pub const ENV_BACKING: &str = "TIERMEM_BACKING";
+/// Upper bound on the backing store, as a size; unset, as much as the device
+/// has.
 pub const ENV_BACKING_SIZE: &str = "TIERMEM_BACKING_SIZE";
+/// Unit of paging: a power of two from 4K to 2M (4096 to 2097152 bytes).
 pub const ENV_PAGE_SIZE: &str = "TIERMEM_PAGE_SIZE";
+/// Replacement policy: `clock` (the default), `fifo` or `s3fifo`.
 pub const ENV_POLICY: &str = "TIERMEM_POLICY";
+/// Userfaultfd handler threads, 1 to 64; by default one per CPU, at most 16.
 pub const ENV_HANDLER_THREADS: &str = "TIERMEM_HANDLER_THREADS";
+/// Free DRAM the evictor keeps, in ten-thousandths of the budget (1 to 5000),
+/// as Linux's `vm.watermark_scale_factor`.
 pub const ENV_WATERMARK_SCALE: &str = "TIERMEM_WATERMARK_SCALE_FACTOR";
+/// Who resolves a fault: `handler` (the default) or `signal`; see
+/// [`FaultDelivery`].
 pub const ENV_FAULTS: &str = "TIERMEM_FAULTS";
 /// Largest watermark scale factor: half the budget kept free.
 const MAX_WATERMARK_SCALE: u32 = 5000;
 
+/// Smallest page size, in bytes (4 KiB); also the default.
 pub const MIN_PAGE_SIZE: usize = 4096;
+/// Largest page size, in bytes (2 MiB).
 pub const MAX_PAGE_SIZE: usize = 2 << 20;
 const DEFAULT_BUDGET_PERCENT: u64 = 25;
+/// Where the backing file is created unless told otherwise: a directory on
+/// disk, where `/tmp` is often tmpfs and would keep evicted pages in RAM.
 pub const DEFAULT_BACKING_DIR: &str = "/var/tmp";
 const MAX_HANDLER_THREADS: usize = 64;
 
@@ -50,8 +67,10 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
+    /// Every policy, for code that runs something under each one.
     pub const ALL: [PolicyKind; 3] = [PolicyKind::Fifo, PolicyKind::Clock, PolicyKind::S3Fifo];
 
+    /// The name `TIERMEM_POLICY` takes and the stats report.
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Fifo => "fifo",
@@ -82,11 +101,14 @@ impl std::fmt::Display for PolicyKind {
 /// A size as the user wrote it: absolute bytes or a share of physical RAM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SizeSpec {
+    /// An absolute size, in bytes.
     Bytes(u64),
+    /// A share of physical RAM, in percent (1 to 100).
     PercentOfRam(u64),
 }
 
 impl SizeSpec {
+    /// The size in bytes; a share is taken of this machine's physical RAM.
     pub fn resolve(self) -> u64 {
         match self {
             SizeSpec::Bytes(b) => b,
@@ -180,6 +202,7 @@ pub enum FaultDelivery {
 }
 
 impl FaultDelivery {
+    /// The name `TIERMEM_FAULTS` takes.
     pub fn name(self) -> &'static str {
         match self {
             FaultDelivery::Handler => "handler",
@@ -210,6 +233,7 @@ pub struct Config {
     pub backing_size: Option<u64>,
     /// Unit of paging (the "cache line"), a power of two in 4 KiB..=2 MiB.
     pub page_size: usize,
+    /// Which pages leave DRAM first.
     pub policy: PolicyKind,
     /// Threads that read and serve userfaultfd events.
     pub handler_threads: usize,
@@ -260,6 +284,7 @@ fn default_handler_threads() -> usize {
 }
 
 impl Config {
+    /// A builder whose unset fields keep their defaults.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder::default()
     }
@@ -361,6 +386,7 @@ impl Config {
         }
     }
 
+    /// The DRAM budget in whole pages.
     pub fn budget_pages(&self) -> u64 {
         self.dram_budget / self.page_size as u64
     }
@@ -384,26 +410,37 @@ pub struct ConfigBuilder {
 }
 
 impl ConfigBuilder {
+    /// Most DRAM the tiered pages may occupy, in bytes (default: 25% of
+    /// physical RAM).
     pub fn dram_budget(mut self, bytes: u64) -> Self {
         self.dram_budget = Some(bytes);
         self
     }
+    /// A directory (a private file is created there), a file, or a block device
+    /// (default: [`DEFAULT_BACKING_DIR`]).
     pub fn backing(mut self, path: impl AsRef<Path>) -> Self {
         self.backing = Some(path.as_ref().to_path_buf());
         self
     }
+    /// Upper bound on the backing store, in bytes (default: as much as the device
+    /// has).
     pub fn backing_size(mut self, bytes: u64) -> Self {
         self.backing_size = Some(bytes);
         self
     }
+    /// Unit of paging, in bytes: a power of two from 4 KiB to 2 MiB (default:
+    /// 4 KiB).
     pub fn page_size(mut self, bytes: usize) -> Self {
         self.page_size = Some(bytes as u64);
         self
     }
+    /// Which pages leave DRAM first (default: [`PolicyKind::Clock`]).
     pub fn policy(mut self, policy: PolicyKind) -> Self {
         self.policy = Some(policy);
         self
     }
+    /// Threads that serve userfaultfd events, 1 to 64 (default: one per CPU, at
+    /// most 16).
     pub fn handler_threads(mut self, n: usize) -> Self {
         self.handler_threads = Some(n);
         self
@@ -413,10 +450,12 @@ impl ConfigBuilder {
         self.faults = Some(faults);
         self
     }
+    /// Engine, queue depth, polling and read-ahead.
     pub fn io(mut self, io: IoSettings) -> Self {
         self.io = Some(io);
         self
     }
+    /// Associativity, prefetch degree, write policy and inclusion at once.
     pub fn organization(mut self, organization: Organization) -> Self {
         self.organization = Some(organization);
         self
@@ -456,12 +495,14 @@ impl ConfigBuilder {
             .prefetch = Some(pages);
         self
     }
+    /// Write-back or write-through; the other organization knobs stay.
     pub fn write_policy(mut self, policy: WritePolicy) -> Self {
         self.organization
             .get_or_insert_with(Default::default)
             .write_policy = policy;
         self
     }
+    /// Inclusive or exclusive; the other organization knobs stay.
     pub fn inclusion(mut self, inclusion: Inclusion) -> Self {
         self.organization
             .get_or_insert_with(Default::default)

@@ -10,8 +10,11 @@ pub enum Error {
     /// A setting has a value tiermem cannot use.
     #[error("invalid {setting} '{value}': {expected}")]
     InvalidSetting {
+        /// The setting's name, usually its `TIERMEM_*` variable.
         setting: &'static str,
+        /// The value as given.
         value: String,
+        /// The accepted form, or why the value cannot work.
         expected: String,
     },
 
@@ -24,31 +27,46 @@ pub enum Error {
          or run as root / with CAP_SYS_PTRACE"
     )]
     UffdNotPermitted {
+        /// Why the userfaultfd system call failed.
         syscall_error: io::Error,
+        /// Why /dev/userfaultfd could not be opened or used.
         device_error: io::Error,
     },
 
     /// The kernel lacks a userfaultfd feature tiermem relies on.
     #[error("userfaultfd on this kernel lacks {missing}; tiermem needs Linux 5.19 or newer with write-protect support")]
-    UffdFeatureMissing { missing: String },
+    UffdFeatureMissing {
+        /// The feature or ioctl the kernel does not offer.
+        missing: String,
+    },
 
     /// The backing store could not be opened or prepared.
     #[error("backing store {path}: {what}: {source}")]
     Backing {
+        /// The backing directory, file or device.
         path: PathBuf,
+        /// What failed, in words.
         what: String,
+        /// The system's error.
         #[source]
         source: io::Error,
     },
 
     /// A request for more memory than the backing store can ever hold.
     #[error("out of backing space: {requested} bytes requested, {available} bytes left in the backing store")]
-    OutOfBackingSpace { requested: u64, available: u64 },
+    OutOfBackingSpace {
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes the backing store has left.
+        available: u64,
+    },
 
     /// A system call failed at a point where no better context exists.
     #[error("{what}: {source}")]
     Os {
+        /// What the runtime was doing, in words.
         what: &'static str,
+        /// The system call's error.
         #[source]
         source: io::Error,
     },
@@ -90,4 +108,5 @@ impl Error {
     }
 }
 
+/// The result of every fallible tiermem call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

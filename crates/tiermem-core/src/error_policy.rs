@@ -13,9 +13,17 @@ use std::time::Duration;
 use crate::config::invalid;
 use crate::error::{Error, Result};
 
+/// crc32c and identity check of every page read back: `on` (the default) or
+/// `off`.
 pub const ENV_CHECKSUMS: &str = "TIERMEM_CHECKSUMS";
+/// AES-256-GCM of every page written to the store: `on`, or `off` (the
+/// default).
 pub const ENV_ENCRYPT: &str = "TIERMEM_ENCRYPT";
+/// How long writes may keep failing before the program is stopped, in whole
+/// seconds (1 to 86400; 60 by default).
 pub const ENV_IO_DEADLINE: &str = "TIERMEM_IO_DEADLINE";
+/// Reads and writes that fail with EIO, such as `read:3,write:10-`; for tests
+/// and the fault-injection sweep.
 pub const ENV_INJECT_FAULTS: &str = "TIERMEM_INJECT_FAULTS";
 
 /// A store that keeps failing writes for this long stops the program.
@@ -26,6 +34,8 @@ const INJECT_FORM: &str = "expected a comma-separated list of read:N, write:N, r
      or write:N- (the N-th read or write, counting from 1, a range of them, \
      or every one from N on)";
 
+/// How the runtime protects the pages it stores, and how long it bears a
+/// failing store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ErrorPolicy {
     /// crc32c and identity check of every page read back.
@@ -51,6 +61,7 @@ impl Default for ErrorPolicy {
 }
 
 impl ErrorPolicy {
+    /// Defaults overridden by the variables `lookup` returns.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<ErrorPolicy> {
         let mut p = ErrorPolicy::default();
         if let Some(v) = lookup(ENV_CHECKSUMS) {
@@ -68,6 +79,8 @@ impl ErrorPolicy {
         Ok(p)
     }
 
+    /// Appends the settings that differ from the defaults as variables, for a
+    /// child process.
     pub fn to_env(&self, env: &mut Vec<(&'static str, String)>) {
         if !self.checksums {
             env.push((ENV_CHECKSUMS, "off".into()));
@@ -115,7 +128,9 @@ fn parse_deadline(v: &str) -> Result<Duration> {
 /// fail with EIO. Each range is inclusive; `last == u64::MAX` is open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Injection {
+    /// Reads that fail, counted from 1 in the order the runtime issues them.
     pub reads: Ranges,
+    /// Writes that fail, counted the same way.
     pub writes: Ranges,
 }
 
@@ -131,10 +146,12 @@ pub struct Ranges {
 }
 
 impl Ranges {
+    /// Whether the list holds no range.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The ranges as inclusive `(first, last)` pairs.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.list[..self.len].iter().copied()
     }

@@ -6,12 +6,23 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
+/// How page reads are issued: `io_uring` (the default) or `psync`.
 pub const ENV_IO_ENGINE: &str = "TIERMEM_IO_ENGINE";
+/// Page reads one handler thread keeps in flight at most, 1 to 1024.
 pub const ENV_IO_DEPTH: &str = "TIERMEM_IO_DEPTH";
+/// Completion polling of the io_uring: `none` (the default), `sqpoll`,
+/// `iopoll` or `hybrid`.
 pub const ENV_IO_POLL: &str = "TIERMEM_IO_POLL";
+/// Read-ahead of sequential and strided streams: `on` (the default) or `off`.
 pub const ENV_READAHEAD: &str = "TIERMEM_READAHEAD";
+/// Read faults installed writable once most read pages get written: `on`
+/// (the default) or `off`.
 pub const ENV_PREDICT_WRITES: &str = "TIERMEM_PREDICT_WRITES";
+/// How long a fault handler polls before it sleeps, in microseconds (0 to
+/// 10000).
 pub const ENV_IDLE_SPIN: &str = "TIERMEM_IDLE_SPIN_US";
+/// When eviction checks for pages pinned by asynchronous I/O: `auto` (the
+/// default), `on` or `off`.
 pub const ENV_ASYNC_IO: &str = "TIERMEM_ASYNC_IO";
 /// How long a fault handler polls for its next event before it sleeps,
 /// by default. A program that pages keeps faulting every few tens of
@@ -71,6 +82,7 @@ pub enum AsyncIo {
 }
 
 impl AsyncIo {
+    /// The name `TIERMEM_ASYNC_IO` takes.
     pub fn name(self) -> &'static str {
         match self {
             AsyncIo::Auto => "auto",
@@ -97,6 +109,7 @@ impl FromStr for AsyncIo {
 }
 
 impl PollMode {
+    /// The name `TIERMEM_IO_POLL` takes.
     pub fn name(self) -> &'static str {
         match self {
             PollMode::None => "none",
@@ -107,10 +120,14 @@ impl PollMode {
     }
 }
 
+/// How the runtime talks to the backing device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IoSettings {
+    /// How page reads are issued.
     pub engine: IoEngine,
+    /// Page reads one handler thread keeps in flight at most.
     pub depth: u32,
+    /// Completion polling of the io_uring.
     pub poll: PollMode,
     /// Detect sequential and strided streams and read ahead of them.
     pub readahead: bool,
@@ -199,6 +216,7 @@ pub fn parse_idle_spin(v: &str) -> Result<u32> {
 }
 
 impl IoSettings {
+    /// Defaults overridden by the I/O variables `lookup` returns.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<IoSettings> {
         let mut io = IoSettings::default();
         if let Some(v) = lookup(ENV_IO_ENGINE) {
@@ -232,6 +250,7 @@ impl IoSettings {
         Ok(io)
     }
 
+    /// Appends every I/O setting as a variable, for a child process.
     pub fn to_env(&self, env: &mut Vec<(&'static str, String)>) {
         let engine = match self.engine {
             IoEngine::IoUring => "io_uring",

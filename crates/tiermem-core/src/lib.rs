@@ -13,6 +13,8 @@
 //! # Ok::<(), tiermem_core::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod budget;
 mod buffer;
 pub mod compress;

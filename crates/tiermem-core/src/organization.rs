@@ -29,23 +29,35 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
+/// Ways per set: `0` fully associative (the default), `1` direct-mapped, `N`
+/// N-way.
 pub const ENV_ASSOCIATIVITY: &str = "TIERMEM_ASSOCIATIVITY";
+/// Fixed prefetch degree in pages, 0 (none) to 256; unset keeps the adaptive
+/// read-ahead.
 pub const ENV_PREFETCH: &str = "TIERMEM_PREFETCH";
+/// `write-back` (the default) or `write-through`.
 pub const ENV_WRITE_POLICY: &str = "TIERMEM_WRITE_POLICY";
+/// `inclusive` (the default) or `exclusive`.
 pub const ENV_INCLUSION: &str = "TIERMEM_INCLUSION";
+/// A named set of knobs (`memory-mode`); knobs set explicitly override it.
 pub const ENV_PRESET: &str = "TIERMEM_PRESET";
 
 /// Largest fixed prefetch degree, in pages (one read-ahead window).
 pub const MAX_PREFETCH: u32 = 256;
 
+/// When written pages reach the backing store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WritePolicy {
+    /// Written pages stay dirty in DRAM until they are evicted.
     #[default]
     WriteBack,
+    /// Every written page is copied to the store within a few milliseconds of
+    /// its first write, so evictions never write.
     WriteThrough,
 }
 
 impl WritePolicy {
+    /// The name `TIERMEM_WRITE_POLICY` takes.
     pub fn name(self) -> &'static str {
         match self {
             WritePolicy::WriteBack => "write-back",
@@ -69,14 +81,19 @@ impl FromStr for WritePolicy {
     }
 }
 
+/// Whether a page in DRAM keeps its copy in the backing store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Inclusion {
+    /// The backing copy stays, so a clean page leaves DRAM without a write.
     #[default]
     Inclusive,
+    /// The backing copy is freed as the page comes in, so every eviction
+    /// writes.
     Exclusive,
 }
 
 impl Inclusion {
+    /// The name `TIERMEM_INCLUSION` takes.
     pub fn name(self) -> &'static str {
         match self {
             Inclusion::Inclusive => "inclusive",
@@ -105,12 +122,14 @@ pub enum Preset {
 }
 
 impl Preset {
+    /// The name `TIERMEM_PRESET` takes.
     pub fn name(self) -> &'static str {
         match self {
             Preset::MemoryMode => "memory-mode",
         }
     }
 
+    /// The knobs this preset sets.
     pub fn organization(self) -> Organization {
         match self {
             Preset::MemoryMode => Organization {
@@ -141,7 +160,9 @@ pub struct Organization {
     pub associativity: u32,
     /// Fixed prefetch degree in pages; `None` for the adaptive read-ahead.
     pub prefetch: Option<u32>,
+    /// When written pages reach the backing store.
     pub write_policy: WritePolicy,
+    /// Whether pages in DRAM keep their backing copy.
     pub inclusion: Inclusion,
 }
 

@@ -149,15 +149,24 @@ impl LatencyHistogram {
     }
 }
 
+/// Percentiles of a latency histogram, each within about 19% (the width of
+/// the histogram's buckets).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LatencySummary {
+    /// Samples recorded.
     pub count: u64,
+    /// Mean, in nanoseconds (exact, not bucketed).
     pub mean_ns: u64,
+    /// Median, in nanoseconds.
     pub p50_ns: u64,
+    /// 90th percentile, in nanoseconds.
     pub p90_ns: u64,
+    /// 99th percentile, in nanoseconds.
     pub p99_ns: u64,
+    /// 99.9th percentile, in nanoseconds.
     pub p999_ns: u64,
+    /// Largest sample, in nanoseconds (exact).
     pub max_ns: u64,
 }
 
@@ -167,6 +176,7 @@ pub struct LatencySummary {
 pub struct Stats {
     /// userfaultfd faults served: missing plus write-protect.
     pub faults: u64,
+    /// Faults on pages not mapped in DRAM (the rest are write-protect faults).
     pub missing_faults: u64,
     /// First writes to clean pages (dirty tracking).
     pub wp_faults: u64,
@@ -196,12 +206,18 @@ pub struct Stats {
     pub clean_drops: u64,
     /// Evicted pages found all-zero: dropped with no write and no slot.
     pub zero_drops: u64,
+    /// Bytes of pages read back from the store.
     pub bytes_read: u64,
+    /// Bytes of pages written to the store.
     pub bytes_written: u64,
+    /// Write requests to the store, each of one or more pages.
     pub write_batches: u64,
+    /// Missing faults on pages another fault had already installed.
     pub duplicate_faults: u64,
     /// Faults that had to wait for the evictor to free DRAM.
     pub budget_waits: u64,
+    /// Installs that found the page already mapped by someone else, whose
+    /// page was kept.
     pub unexpected_present: u64,
     /// Untouched pages zero-filled ahead of a run of first touches in order.
     pub zero_fills_ahead: u64,
@@ -237,9 +253,13 @@ pub struct Stats {
     pub quarantined_slots: u64,
     /// Waits that lasted long enough to be reported on stderr.
     pub stalls: u64,
+    /// DRAM held by tiered pages now, in bytes.
     pub resident_bytes: u64,
+    /// Most DRAM tiered pages have held at once, in bytes.
     pub peak_resident_bytes: u64,
+    /// The DRAM budget now, in bytes.
     pub budget_bytes: u64,
+    /// Live allocations, in bytes rounded up to whole pages.
     pub allocated_bytes: u64,
     /// Bytes the backing file occupies on disk.
     pub backing_bytes: u64,
@@ -250,6 +270,7 @@ pub struct Stats {
     pub parked_bytes: u64,
     /// DRAM the runtime uses for itself (page table, bitmaps, buffers).
     pub metadata_bytes: u64,
+    /// The unit of paging, in bytes.
     pub page_size: u64,
     /// Time from reading a fault to resolving it, as the handler sees it.
     pub fault_latency: LatencySummary,
@@ -257,9 +278,13 @@ pub struct Stats {
     pub page_in_latency: LatencySummary,
     /// The device read inside a demand page-in (submission to completion).
     pub read_latency: LatencySummary,
+    /// Most the store can hold, in bytes: its slots times the page size.
     pub backing_capacity_bytes: u64,
+    /// The backing file or block device.
     pub backing_path: String,
+    /// The store is a block device, not a file.
     pub backing_is_block_device: bool,
+    /// The replacement policy's name.
     pub policy: &'static str,
     /// Associativity, prefetch, write policy and inclusion, in words.
     pub organization: String,
@@ -267,6 +292,8 @@ pub struct Stats {
     pub io_engine: &'static str,
     /// How the evictor writes pages.
     pub write_engine: &'static str,
+    /// Store I/O bypasses the page cache (O_DIRECT, where the filesystem
+    /// honours it).
     pub direct_io: bool,
     /// Pages go to the store encrypted (AES-256-GCM, `TIERMEM_ENCRYPT`).
     pub encrypted: bool,

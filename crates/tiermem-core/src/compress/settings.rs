@@ -6,7 +6,9 @@ use std::str::FromStr;
 use crate::config::invalid;
 use crate::error::{Error, Result};
 
+/// Codec of the compressed tier: `lz4` (the default) or `off`.
 pub const ENV_COMPRESS: &str = "TIERMEM_COMPRESS";
+/// Most of the DRAM budget the compressed pool may take, in percent (1 to 90).
 pub const ENV_COMPRESS_SHARE: &str = "TIERMEM_COMPRESS_SHARE";
 
 /// Half the budget: a page of budget holding compressed text serves
@@ -28,6 +30,7 @@ pub enum Codec {
 }
 
 impl Codec {
+    /// The name `TIERMEM_COMPRESS` takes and the stats report.
     pub fn name(self) -> &'static str {
         match self {
             Codec::Off => "off",
@@ -50,6 +53,7 @@ impl FromStr for Codec {
 /// The compressed tier's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompressSettings {
+    /// How evicted pages are compressed; [`Codec::Off`] turns the tier off.
     pub codec: Codec,
     /// Most of the DRAM budget the compressed pool may take, in percent.
     pub share_percent: u32,
@@ -65,6 +69,7 @@ impl Default for CompressSettings {
 }
 
 impl CompressSettings {
+    /// The tier turned off; the share keeps its default.
     pub fn off() -> CompressSettings {
         CompressSettings {
             codec: Codec::Off,
@@ -72,10 +77,12 @@ impl CompressSettings {
         }
     }
 
+    /// Whether evicted pages pass through the compressed tier.
     pub fn is_on(&self) -> bool {
         self.codec != Codec::Off
     }
 
+    /// Defaults overridden by the `TIERMEM_COMPRESS*` variables `lookup` returns.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<CompressSettings> {
         let mut s = CompressSettings::default();
         if let Some(v) = lookup(ENV_COMPRESS) {
@@ -99,6 +106,7 @@ impl CompressSettings {
         Ok(s)
     }
 
+    /// Appends the settings as `TIERMEM_COMPRESS*` variables, for a child process.
     pub fn to_env(&self, env: &mut Vec<(&'static str, String)>) {
         env.push((ENV_COMPRESS, self.codec.name().into()));
         env.push((ENV_COMPRESS_SHARE, self.share_percent.to_string()));

@@ -494,11 +494,9 @@ mod tests {
     /// A pipe whose write end stands for a live child.
     fn lease() -> (OwnedFd, OwnedFd) {
         let mut fds = [0i32; 2];
-        // SAFETY: pipe2 writes two fresh descriptors into `fds`.
-        assert_eq!(
-            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
-            0
-        );
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(rc, 0);
         // SAFETY: both descriptors are fresh and owned here.
         unsafe {
             use std::os::fd::FromRawFd;

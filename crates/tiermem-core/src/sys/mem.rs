@@ -81,15 +81,19 @@ impl Mapping {
         })
     }
 
+    /// The start address of the mapping.
     pub fn addr(&self) -> usize {
         self.ptr.as_ptr() as usize
     }
+    /// The first byte of the mapping.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+    /// The length of the mapping, in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the mapping has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -124,6 +128,8 @@ unsafe impl Send for Zapper {}
 const MAX_IOV: usize = 1024;
 
 impl Zapper {
+    /// An empty batch, sent with `process_madvise` where the kernel allows it
+    /// on the own process.
     pub fn new() -> Zapper {
         Zapper {
             pidfd: Self::own_pidfd_if_batching_works(),
@@ -174,6 +180,7 @@ impl Zapper {
         Ok(())
     }
 
+    /// Drops every queued range now.
     pub fn flush(&mut self) -> io::Result<()> {
         if self.ranges.is_empty() {
             return Ok(());
@@ -217,6 +224,8 @@ impl Zapper {
         Ok(())
     }
 
+    /// Whether a flush is one `process_madvise` call rather than one madvise
+    /// per range.
     pub fn batches_syscalls(&self) -> bool {
         self.pidfd.is_some()
     }
@@ -232,6 +241,7 @@ impl Default for Zapper {
 pub struct EventFd(OwnedFd);
 
 impl EventFd {
+    /// A non-blocking, close-on-exec eventfd whose counter starts at zero.
     pub fn new() -> Result<EventFd> {
         // SAFETY: eventfd takes an initial value and flags.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -245,6 +255,8 @@ impl EventFd {
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
+    /// Adds one to the counter, which makes the eventfd readable until
+    /// [`EventFd::drain`].
     pub fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writing 8 bytes from a valid u64 to an eventfd.
@@ -267,6 +279,7 @@ impl EventFd {
         })
     }
 
+    /// The descriptor, for poll(2).
     pub fn raw(&self) -> i32 {
         self.0.as_raw_fd()
     }

@@ -32,6 +32,7 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The calling thread's errno, as an `io::Error`.
 pub fn last_os_error() -> std::io::Error {
     std::io::Error::last_os_error()
 }

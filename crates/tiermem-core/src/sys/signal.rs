@@ -14,6 +14,7 @@ use std::sync::{Mutex, OnceLock};
 /// A SIGBUS raised by an access to a user address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BusFault {
+    /// The address whose access raised the SIGBUS (`si_addr`).
     pub address: usize,
     /// The access was a write (known on x86-64 from the page-fault error
     /// code; elsewhere assumed a read, which costs a second fault at worst).

@@ -26,6 +26,7 @@ pub struct Thread(libc::pthread_t);
 unsafe impl Send for Thread {}
 
 impl Thread {
+    /// Waits for the thread to finish.
     pub fn join(self) {
         // SAFETY: `self.0` is a joinable thread we started and join once.
         unsafe { libc::pthread_join(self.0, std::ptr::null_mut()) };
@@ -165,6 +166,7 @@ extern "C" {
 const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
 
 impl CancellationHeld {
+    /// Disables cancellation of the calling thread until the result is dropped.
     pub fn hold() -> CancellationHeld {
         let mut previous = 0;
         // SAFETY: sets this thread's cancel state; `previous` receives the old one.

@@ -34,6 +34,7 @@ pub const ENV_DENY_UFFD_FOR_TESTS: &str = "TIERMEM_TEST_DENY_UFFD";
 /// A fault read from the userfaultfd.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fault {
+    /// The address that faulted, as the kernel reports it.
     pub address: usize,
     /// The access was a write.
     pub write: bool,
@@ -50,7 +51,10 @@ pub enum Copied {
     Done,
     /// A page was already present (someone else resolved its fault) after
     /// `installed` bytes of the range were installed.
-    AlreadyPresent { installed: usize },
+    AlreadyPresent {
+        /// Bytes of the range installed before the present page.
+        installed: usize,
+    },
     /// A non-cooperative event is pending; nothing (or `n` bytes) was copied.
     Retry(usize),
 }
@@ -69,6 +73,7 @@ pub enum MoveOut {
     Unsupported,
 }
 
+/// An open userfaultfd, closed on drop.
 pub struct Uffd {
     fd: OwnedFd,
     /// Faults raise SIGBUS in the faulting thread instead of queueing a
@@ -120,9 +125,11 @@ impl Uffd {
     }
 
     fn from_raw(fd: RawFd, sigbus: bool) -> Uffd {
-        // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
+        // SAFETY: both callers pass a descriptor the kernel has just returned
+        // (they check it is not negative), so it is open and owned by no one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         Uffd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd,
             sigbus,
             moves: std::sync::atomic::AtomicBool::new(false),
         }
@@ -251,6 +258,8 @@ impl Uffd {
         Ok(())
     }
 
+    /// Stops handling faults in `[start, start+len)`; a range that was not
+    /// registered is left as it is.
     pub fn unregister(&self, start: usize, len: usize) {
         let mut range = uapi::uffdio_range {
             start: start as u64,
@@ -423,6 +432,7 @@ impl Uffd {
         })
     }
 
+    /// The descriptor, for poll(2).
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
