@@ -183,29 +183,11 @@ struct Mount {
     source: String,
 }
 
-/// Undo mountinfo's octal escapes (`\040` for space).
+/// Undoes the octal escapes of mount tables (`\040` for a space).
 fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            let oct = &b[i + 1..i + 4];
-            if oct.iter().all(|c| (b'0'..=b'7').contains(c)) {
-                let v = oct
-                    .iter()
-                    .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
-                if let Ok(v) = u8::try_from(v) {
-                    out.push(v);
-                    i += 4;
-                    continue;
-                }
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    tiermem_host::mounts::unescape_octal(s)
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The mount with the longest mount point containing `path`, preferring

@@ -4,7 +4,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -135,22 +134,9 @@ fn read_exact_at(file: &File, buf: &mut [u8]) -> io::Result<()> {
     }
 }
 
-/// `statx`'s direct I/O alignments: `None` where it has no answer.
+/// `statx`'s direct I/O alignments, as the runtime reads them.
 fn statx_dio(file: &File) -> Option<(u32, u32)> {
-    // SAFETY: statx is plain data; all-zero is a valid value to overwrite.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: statx on our own descriptor (empty path) writes into `st`.
-    let rc = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            &mut st,
-        )
-    };
-    (rc == 0 && st.stx_mask & libc::STATX_DIOALIGN != 0)
-        .then_some((st.stx_dio_mem_align, st.stx_dio_offset_align))
+    tiermem_core::sys::device::direct_io_alignment(file)
 }
 
 /// The core's test: an offset alignment of 0 means no direct I/O.

@@ -272,32 +272,9 @@ impl FeatureFacts {
     }
 }
 
-/// The features the kernel offers: a throwaway userfaultfd asked with
-/// `UFFDIO_API` and no features, which the kernel answers with all of them.
+/// The features the kernel offers, asked as the runtime asks them.
 fn probe_features() -> Result<u64, String> {
-    let fd = open_syscall()
-        .or_else(|_| open_device(libc::O_CLOEXEC))
-        .map_err(|e| format!("no userfaultfd could be opened: {e}"))?;
-    let mut api = uapi::uffdio_api {
-        api: uapi::UFFD_API as u64,
-        features: 0,
-        ioctls: 0,
-    };
-    // SAFETY: `api` is a valid uffdio_api the kernel reads and writes.
-    let rc = unsafe {
-        libc::ioctl(
-            fd.as_raw_fd(),
-            linux_raw_sys::ioctl::UFFDIO_API as _,
-            &mut api,
-        )
-    };
-    if rc != 0 {
-        return Err(format!(
-            "UFFDIO_API failed ({})",
-            io::Error::last_os_error()
-        ));
-    }
-    Ok(api.features)
+    tiermem_core::sys::uffd::Uffd::probe_features().map_err(|e| e.to_string())
 }
 
 /// One feature: its bit(s), its name, the kernel that brought it, and

@@ -468,19 +468,7 @@ fn open_by_kind(path: &Path) -> Result<(File, bool, Layout)> {
 /// cache (ext4 mounted `data=journal`); statx says so with a direct I/O
 /// alignment of zero. Where statx has no answer, the open is trusted.
 fn direct_io_falls_back_to_cache(file: &File) -> bool {
-    // SAFETY: statx is plain data; all-zero is a valid value to overwrite.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: statx on our own descriptor (empty path) writes into `st`.
-    let rc = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            &mut st,
-        )
-    };
-    rc == 0 && st.stx_mask & libc::STATX_DIOALIGN != 0 && st.stx_dio_offset_align == 0
+    crate::sys::device::direct_io_alignment(file).is_some_and(|(_, offset)| offset == 0)
 }
 
 fn open_private_file_in(dir: &Path) -> Result<(File, bool)> {

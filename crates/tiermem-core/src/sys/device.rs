@@ -1,4 +1,4 @@
-//! What the block device under a file can do, from sysfs.
+//! What the block device under a file can do, from sysfs and `statx`.
 
 use std::os::fd::RawFd;
 use std::path::PathBuf;
@@ -50,6 +50,28 @@ fn queue_dir(fd: RawFd) -> Result<PathBuf, String> {
         node
     };
     Ok(disk.join("queue"))
+}
+
+/// `statx`'s direct I/O alignments of `file`, (memory, offset) in bytes:
+/// `None` where the kernel or filesystem gives no answer. An offset
+/// alignment of 0 means the filesystem serves O_DIRECT from the page cache
+/// (ext4 mounted `data=journal`).
+pub fn direct_io_alignment(file: &std::fs::File) -> Option<(u32, u32)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statx is plain data; all-zero is a valid value to overwrite.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx on our own descriptor (empty path) writes into `st`.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut st,
+        )
+    };
+    (rc == 0 && st.stx_mask & libc::STATX_DIOALIGN != 0)
+        .then_some((st.stx_dio_mem_align, st.stx_dio_offset_align))
 }
 
 #[cfg(test)]

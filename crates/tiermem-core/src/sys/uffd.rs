@@ -173,9 +173,15 @@ impl Uffd {
     /// a handshake can be made once per descriptor, and asking for a
     /// feature the kernel lacks fails it.
     fn supported_features() -> u64 {
-        let Ok(probe) = Uffd::open(false) else {
-            return 0;
-        };
+        Self::probe_features().unwrap_or(0)
+    }
+
+    /// The `UFFD_FEATURE_*` bits this kernel offers (a throwaway
+    /// userfaultfd, opened as [`Uffd::open`] does, asked with `UFFDIO_API`
+    /// and no features, which the kernel answers with all of them), or why
+    /// none could be asked (`tiermem doctor` reports both).
+    pub fn probe_features() -> Result<u64> {
+        let probe = Uffd::open(false)?;
         let mut api = uapi::uffdio_api {
             api: uapi::UFFD_API as u64,
             features: 0,
@@ -184,9 +190,12 @@ impl Uffd {
         // SAFETY: `api` is a valid uffdio_api the kernel reads and writes.
         let rc = unsafe { libc::ioctl(probe.raw(), ioctl::UFFDIO_API as _, &mut api) };
         if rc != 0 {
-            return 0;
+            return Err(Error::Os {
+                what: "asking userfaultfd for its features (UFFDIO_API)",
+                source: io::Error::last_os_error(),
+            });
         }
-        api.features
+        Ok(api.features)
     }
 
     /// Whether [`Uffd::move_page`] can work here.
