@@ -38,13 +38,15 @@ pub fn start_once(rt: &'static Runtime) {
             return;
         }
     };
-    let spawned = std::thread::Builder::new()
-        .name("tiermem-ctl".into())
-        .stack_size(128 << 10)
-        .spawn(move || {
-            guard::mark_runtime_thread();
-            serve(rt, &listener);
-        });
+    // A runtime thread: signals meant for the program never land on it
+    // (a shell's trap would go unanswered), and what it allocates is not
+    // tiered.
+    let spawned = tiermem_core::sys::thread::spawn(
+        "tiermem-ctl".into(),
+        128 << 10,
+        Some(guard::mark_runtime_thread),
+        Box::new(move || serve(rt, &listener)),
+    );
     if let Err(e) = spawned {
         eprintln!("tiermem: no control thread for this process ({e})");
     }
