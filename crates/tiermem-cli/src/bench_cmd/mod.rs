@@ -2,27 +2,30 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
-use tiermem_bench::device_limit::device_limit;
-use tiermem_bench::device_ref::measure_device_ref;
 use tiermem_bench::page_data::PageData;
 use tiermem_bench::plot;
-use tiermem_bench::report::{self, DeviceRef};
-use tiermem_bench::result::{Mode, ModeResult};
+use tiermem_bench::result::Mode;
 use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
 use tiermem_bench::scan_resistance::ScanShape;
 use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
 use tiermem_core::compress::settings::{ENV_COMPRESS, ENV_COMPRESS_SHARE};
 use tiermem_core::cpuidle::IdleWait;
-use tiermem_core::cpus::{format_cpu_list, CpuChoice};
+use tiermem_core::cpus::CpuChoice;
 use tiermem_core::{parse_size, CompressSettings, Config, FaultDelivery, PolicyKind};
 
 use crate::bench_suite;
 use crate::compressed_args::CompressedArgs;
+
+mod device;
+mod output;
+
+pub(crate) use device::check_device;
+pub(crate) use output::{json_summary, progress_bar};
+
+use output::{print_human, print_json};
 
 /// Working set of the pattern workload when `--working-set` is not given.
 const DEFAULT_WORKING_SET: &str = "1G";
@@ -583,316 +586,6 @@ fn run_suite(args: &BenchArgs, plan: &BenchPlan) -> anyhow::Result<i32> {
     Ok(if clean { 0 } else { 3 })
 }
 
-/// The device reference of this run: the QD1 read latency, and for a
-/// sequential pattern the sequential read bandwidth, both measured now, in
-/// the backing store's directory (or /var/tmp), so that a noisy device is
-/// compared with itself. A failed measurement is reported and left out.
-pub(crate) fn check_device(plan: &BenchPlan) -> Option<DeviceRef> {
-    let dir = device_check_dir(&plan.tiermem.backing);
-    let mut device = match measure_device_ref(&dir, Duration::from_secs(2), page_reads(plan)) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("tiermem bench: device check skipped: {e:#}");
-            return None;
-        }
-    };
-    let saved = tiermem_device::cached_for(&dir);
-    if is_sequential(&plan.workload) {
-        match measure_seq_read(&dir) {
-            Ok((mb_s, how)) => {
-                device.seq_read_mb_s = Some(mb_s);
-                device.source = format!("{}; {how}", device.source);
-            }
-            Err(e) => {
-                eprintln!("tiermem bench: sequential device check failed: {e:#}");
-                device.seq_read_mb_s = saved.as_ref().and_then(|r| r.seq_read_mb_s());
-                if device.seq_read_mb_s.is_some() {
-                    device.source = format!(
-                        "{}; sequential: from the saved `tiermem device` report (this run's \
-                         check failed)",
-                        device.source
-                    );
-                }
-            }
-        }
-    }
-    if let Some(saved) = &saved {
-        device.source = format!("{}; {}", device.source, describe_saved(saved));
-    }
-    device.limit = Some(device_limit(
-        &plan.workload,
-        plan.tiermem.dram_budget,
-        &device,
-    ));
-    Some(device)
-}
-
-/// The read a miss of this run waits for, (page bytes, program threads),
-/// for a run whose device limit comes from its misses.
-fn page_reads(plan: &BenchPlan) -> Option<(u64, usize)> {
-    let w = &plan.workload;
-    let paged = w.workload == Workload::Pattern
-        && !is_sequential(w)
-        && w.working_set_bytes > plan.tiermem.dram_budget;
-    paged.then_some((w.page_size, w.threads.max(1)))
-}
-
-/// Where the device is checked: the backing directory, a backing file's
-/// directory, else (a block device, which the check would have to write)
-/// /var/tmp, which the report names.
-fn device_check_dir(backing: &std::path::Path) -> PathBuf {
-    if backing.is_dir() {
-        return backing.to_path_buf();
-    }
-    match backing.parent() {
-        Some(parent) if backing.is_file() && parent.is_dir() => parent.to_path_buf(),
-        _ => PathBuf::from("/var/tmp"),
-    }
-}
-
-/// The figures of the saved `tiermem device` report, for comparison with
-/// this run's (a device that got slower since shows here).
-fn describe_saved(saved: &tiermem_device::DeviceReport) -> String {
-    let age_h = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |now| {
-            now.as_secs().saturating_sub(saved.created_unix_s) as f64 / 3600.0
-        });
-    let mut figures = Vec::new();
-    if let Some(us) = saved.qd1_read_latency_us() {
-        figures.push(format!("QD1 4k read {us:.1}us"));
-    }
-    if let Some(mb_s) = saved.seq_read_mb_s() {
-        figures.push(format!("sequential read {mb_s:.0} MB/s"));
-    }
-    format!(
-        "`tiermem device` report saved {age_h:.1} h ago: {}",
-        figures.join(", ")
-    )
-}
-
-fn is_sequential(spec: &WorkloadSpec) -> bool {
-    spec.workload == Workload::Pattern
-        && matches!(
-            spec.pattern.parse::<tiermem_bench::pattern::Pattern>(),
-            Ok(tiermem_bench::pattern::Pattern::Sequential)
-        )
-}
-
-/// Sizes of the sequential check: the defaults of `tiermem device` (1 MiB
-/// reads, 4 in flight, a 1 GiB file: smaller files were served faster,
-/// apparently from a cache below the guest), for 2 s.
-const SEQ_CHECK_FILE_BYTES: u64 = 1 << 30;
-const SEQ_CHECK_SECONDS: u64 = 2;
-
-/// The device's sequential read bandwidth as `tiermem device` measures it,
-/// io_uring first, psync where io_uring is refused. Returns MB/s and how.
-fn measure_seq_read(dir: &std::path::Path) -> anyhow::Result<(f64, String)> {
-    use tiermem_device::{DeviceConfig, Engine};
-    let cfg = DeviceConfig {
-        file_size: SEQ_CHECK_FILE_BYTES,
-        duration_per_job: Duration::from_secs(SEQ_CHECK_SECONDS),
-        engines: vec![Engine::IoUring, Engine::Psync],
-        ..DeviceConfig::new(dir)
-    };
-    let (job, warnings) = tiermem_device::measure_seq_read(&cfg)?;
-    for warning in &warnings {
-        eprintln!("tiermem bench: sequential device check: {warning}");
-    }
-    let mut how = format!(
-        "sequential: {} {} KiB reads, QD{}, for {} s over a {} MiB file written first",
-        job.engine,
-        job.block_size >> 10,
-        job.qd,
-        SEQ_CHECK_SECONDS,
-        SEQ_CHECK_FILE_BYTES >> 20
-    );
-    for warning in warnings {
-        how = format!("{how} ({warning})");
-    }
-    Ok((job.mb_s, how))
-}
-
-pub(crate) fn progress_bar(show: bool) -> Option<ProgressBar> {
-    if !show {
-        return None;
-    }
-    let bar = ProgressBar::new(1000);
-    let style = ProgressStyle::with_template("{msg:24} [{bar:40}] {percent:>3}%").ok()?;
-    bar.set_style(style.progress_chars("=> "));
-    Some(bar)
-}
-
-fn print_human(
-    plan: &BenchPlan,
-    results: &[ModeResult],
-    device: Option<&DeviceRef>,
-    histograms: bool,
-) {
-    println!("{}", headline(plan));
-    println!();
-    print!("{}", report::render_table(results, device));
-    let touches: Vec<String> = results
-        .iter()
-        .filter_map(|r| {
-            Some(format!(
-                "{} {:.0}",
-                r.mode.name(),
-                r.first_touch_pages_per_sec()?
-            ))
-        })
-        .collect();
-    if !touches.is_empty() {
-        println!(
-            "first touch (pages/s, one thread, in order): {}",
-            touches.join(", ")
-        );
-    }
-    if let Some(note) = IdleWait::read().note() {
-        println!("\nnote: {note}");
-    }
-    if histograms {
-        println!();
-        print!("{}", report::render_histograms(results));
-    }
-}
-
-/// One line saying what ran.
-fn headline(plan: &BenchPlan) -> String {
-    match &plan.cpus {
-        Some(p) => format!(
-            "{}\nevery mode on CPU(s) {} ({})",
-            workload_line(plan),
-            format_cpu_list(&p.cpus),
-            p.why
-        ),
-        None => workload_line(plan),
-    }
-}
-
-fn workload_line(plan: &BenchPlan) -> String {
-    let w = &plan.workload;
-    let budget = report::human_bytes(plan.tiermem.dram_budget);
-    let page = report::human_bytes(w.page_size);
-    let policy = plan.tiermem.policy;
-    match w.workload {
-        Workload::Pattern => format!(
-            "tiermem bench: working set {}, budget {budget}, page {page} of {} bytes, {} thread(s), \
-             {}% reads, {}, {}s (+{}s warm-up), policy {policy}{}",
-            report::human_bytes(w.working_set_bytes),
-            w.data,
-            w.threads,
-            w.read_percent,
-            w.pattern,
-            w.duration_s,
-            w.warmup_s,
-            faults_note(plan),
-        ),
-        Workload::ScanResistance(shape) => format!(
-            "tiermem bench: scan resistance, budget {budget}, page {page}: hot set {} \
-             read after every {} of a {} sequential scan ({} passes), policy {policy}",
-            report::human_bytes(shape.hot_pages * w.page_size),
-            report::human_bytes(shape.chunk_pages * w.page_size),
-            report::human_bytes(shape.scan_pages * w.page_size),
-            shape.passes(),
-        ),
-    }
-}
-
-fn faults_note(plan: &BenchPlan) -> &'static str {
-    match plan.tiermem.faults {
-        FaultDelivery::Handler => "",
-        FaultDelivery::Signal => ", tiermem faults by signal",
-    }
-}
-
-/// The per-mode JSON summary: speed, latency, hit ratios and the raw
-/// counts behind them.
-pub(crate) fn json_summary(r: &ModeResult, device: Option<&DeviceRef>) -> serde_json::Value {
-    let hit = r.hit_ratio.as_ref();
-    let scan = r.scan_resistance.as_ref();
-    let device_seq = device.and_then(|d| d.seq_read_mb_s);
-    serde_json::json!({
-        "mode": r.mode.name(),
-        "pages_per_sec": r.pages_per_sec,
-        "first_touch_pages_per_sec": r.first_touch_pages_per_sec(),
-        "mb_per_sec": r.mb_per_sec(),
-        "of_device_limit": device
-            .and_then(|d| d.limit.as_ref())
-            .and_then(|limit| limit.as_ref().ok())
-            .filter(|_| r.mode != Mode::Dram && r.pages_per_sec > 0.0)
-            .map(|limit| r.pages_per_sec / limit.pages_per_sec),
-        "of_device_seq_read": r.mb_per_sec().zip(device_seq).filter(|_| r.mode != Mode::Dram).map(|(mb_s, dev)| mb_s / dev),
-        "hit_ratio": hit.map(|h| h.ratio),
-        "hit_ratio_read_ahead_as_miss": hit.and_then(|h| h.ratio_read_ahead_as_miss),
-        "misses": hit.map(|h| h.misses),
-        "device_reads": hit.and_then(|h| h.device_reads),
-        "accesses": r.accesses,
-        "miss_source": hit.map(|h| h.source.as_str()),
-        "miss_counters": hit.map(|h| &h.counters),
-        "hot_hit_ratio_during_scan": scan.map(|s| s.hot_during_scan.ratio),
-        "hot_hit_ratio_during_scan_read_ahead_as_miss":
-            scan.and_then(|s| s.hot_during_scan.ratio_read_ahead_as_miss),
-        "hot_hit_ratio_after_scan": scan.map(|s| s.hot_after_scan.ratio),
-        "scan_hit_ratio": scan.map(|s| s.scan.ratio),
-        "mean_ns": r.latency.mean_ns(),
-        "p50_ns": r.latency.percentile(50.0),
-        "p90_ns": r.latency.percentile(90.0),
-        "p99_ns": r.latency.percentile(99.0),
-        "p999_ns": r.latency.percentile(99.9),
-        "slow_fraction": r.latency.count_at_least(r.slow_threshold_ns) as f64 / r.latency.count().max(1) as f64,
-        "miss_p50_ns": r.latency.percentile_at_least(r.slow_threshold_ns, 50.0),
-    })
-}
-
-/// How idle vCPUs wait, which the miss latencies depend on.
-fn idle_wait_json(idle: &IdleWait) -> serde_json::Value {
-    serde_json::json!({
-        "guest": idle.guest,
-        "cpuidle_driver": idle.driver,
-        "cpuidle_governor": idle.governor,
-        "guest_halt_poll_ns": idle.guest_halt_poll_ns,
-        "halts_at_once": idle.halts_at_once(),
-        "note": idle.note(),
-    })
-}
-
-fn print_json(
-    plan: &BenchPlan,
-    results: &[ModeResult],
-    device: Option<&DeviceRef>,
-) -> anyhow::Result<()> {
-    let ratios: serde_json::Map<String, serde_json::Value> = report::ratio_summary(results)
-        .into_iter()
-        .map(|(k, v)| (k, v.into()))
-        .collect();
-    let summary: Vec<serde_json::Value> = results.iter().map(|r| json_summary(r, device)).collect();
-    let out = serde_json::json!({
-        "workload": plan.workload,
-        "budget_bytes": plan.tiermem.dram_budget,
-        "policy": plan.tiermem.policy.name(),
-        "faults": plan.tiermem.faults.name(),
-        "backing": plan.tiermem.backing,
-        "device_qd1_read_ns": device.and_then(|d| d.qd1_read_latency_us).map(|us| (us * 1e3).round() as u64),
-        "device_seq_read_mb_s": device.and_then(|d| d.seq_read_mb_s),
-        "device_page_reads": device.map(|d| &d.page_reads),
-        "device_limit": device.and_then(|d| d.limit.as_ref()).and_then(|l| l.as_ref().ok()),
-        "device_limit_none": device.and_then(|d| d.limit.as_ref()).and_then(|l| l.as_ref().err()),
-        "device_source": device.map(|d| d.source.as_str()),
-        "idle_wait": idle_wait_json(&IdleWait::read()),
-        "cpus": plan.cpus.as_ref().map(|p| serde_json::json!({
-            "list": p.cpus,
-            "why": p.why,
-        })),
-        "summary": summary,
-        "ratios": ratios,
-        "results": results,
-    });
-    let out = tiermem_host::wrap("tiermem.bench/1", out);
-    println!("{}", serde_json::to_string_pretty(&out)?);
-    Ok(())
-}
-
 pub fn worker(mode: &str, spec: &str) -> i32 {
     let parsed = mode
         .parse::<Mode>()
@@ -904,21 +597,5 @@ pub fn worker(mode: &str, spec: &str) -> i32 {
             eprintln!("tiermem __bench-worker: {e:#}");
             2
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_device_is_checked_where_the_backing_store_lives() {
-        let dir = tempfile::tempdir().expect("a directory");
-        assert_eq!(device_check_dir(dir.path()), dir.path());
-        let file = dir.path().join("backing.img");
-        std::fs::write(&file, b"").expect("a backing file");
-        assert_eq!(device_check_dir(&file), dir.path());
-        let missing = dir.path().join("no-such-dir/backing.img");
-        assert_eq!(device_check_dir(&missing), PathBuf::from("/var/tmp"));
     }
 }

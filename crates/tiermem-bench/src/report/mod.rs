@@ -13,6 +13,14 @@ use crate::device_ref::ReadLatency;
 use crate::hit_ratio::HitRatio;
 use crate::result::{Mode, ModeResult, CPU_PERCENT};
 
+mod format;
+mod table;
+
+pub use format::{human_bytes, human_ns};
+
+use format::{group_thousands, hit_percent, human_count, percent, ratio_text, signed_us};
+use table::Table;
+
 /// Reference numbers for the backing device, measured elsewhere (e.g. by
 /// `tiermem-device` or fio), to show how much a fault costs on top of the
 /// device itself.
@@ -409,67 +417,6 @@ fn with_samples(result: &ModeResult, cell: impl Fn(&ModeResult) -> String) -> St
     }
 }
 
-/// A text table: a label column, then one right-aligned column per mode.
-struct Table {
-    header: Vec<String>,
-    rows: Vec<(String, Vec<String>)>,
-}
-
-impl Table {
-    fn new(columns: impl Iterator<Item = String>) -> Self {
-        Table {
-            header: columns.collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    fn add_row(
-        &mut self,
-        label: &str,
-        results: &[ModeResult],
-        cell: impl Fn(&ModeResult) -> String,
-    ) {
-        self.rows
-            .push((label.to_string(), results.iter().map(cell).collect()));
-    }
-
-    fn render(&self) -> String {
-        let label_width = self
-            .rows
-            .iter()
-            .map(|(label, _)| label.chars().count())
-            .max()
-            .unwrap_or(0);
-        let column_widths: Vec<usize> = (0..self.header.len())
-            .map(|column| self.column_width(column))
-            .collect();
-        let mut out = render_line("", label_width, &self.header, &column_widths);
-        for (label, cells) in &self.rows {
-            out.push_str(&render_line(label, label_width, cells, &column_widths));
-        }
-        out
-    }
-
-    fn column_width(&self, column: usize) -> usize {
-        let cells = self.rows.iter().map(|(_, cells)| &cells[column]);
-        std::iter::once(&self.header[column])
-            .chain(cells)
-            .map(|cell| cell.chars().count())
-            .max()
-            .unwrap_or(0)
-    }
-}
-
-fn render_line(label: &str, label_width: usize, cells: &[String], widths: &[usize]) -> String {
-    let mut line = format!("{label:<label_width$}");
-    for (cell, &width) in cells.iter().zip(widths) {
-        line.push_str(&format!("  {cell:>width$}"));
-    }
-    line.truncate(line.trim_end().len());
-    line.push('\n');
-    line
-}
-
 /// Throughput ratios of each mode against the baselines, for JSON output:
 /// `("tiermem/kernel-swap pages/s", 1.43)`, `("tiermem/dram pages/s", 0.97)`,
 /// `("kernel-swap/dram pages/s", 0.68)`. Dram against kernel-swap is left
@@ -506,117 +453,6 @@ pub fn render_histograms(results: &[ModeResult]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// A duration in the largest unit (ns, us, ms, s) that keeps it at or above
-/// 1, with 3 significant digits: `87.0ns`, `1.02us`, `45.6ms`. ASCII `us`
-/// keeps output greppable and aligned on any terminal.
-pub fn human_ns(ns: f64) -> String {
-    const UNITS: [(f64, &str); 4] = [(1.0, "ns"), (1e3, "us"), (1e6, "ms"), (1e9, "s")];
-    if !ns.is_finite() {
-        return format!("{ns}");
-    }
-    if ns == 0.0 {
-        return "0ns".to_string();
-    }
-    for (scale, unit) in UNITS {
-        let value = ns / scale;
-        if value.abs() < 999.5 {
-            return format!("{}{unit}", three_significant_digits(value));
-        }
-    }
-    format!("{:.0}s", ns / 1e9)
-}
-
-/// A size in binary units: `512 B`, `256 MiB`, `1.00 GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64;
-    for unit in UNITS {
-        value /= 1024.0;
-        if value < 1023.5 || unit == "EiB" {
-            return format!("{} {unit}", three_significant_digits(value));
-        }
-    }
-    format!("{bytes} B")
-}
-
-/// `v` with 3 significant digits for |v| in [1, 1000), without exponent.
-fn three_significant_digits(value: f64) -> String {
-    let magnitude = value.abs();
-    if magnitude >= 99.95 {
-        format!("{value:.0}")
-    } else if magnitude >= 9.995 {
-        format!("{value:.1}")
-    } else {
-        format!("{value:.2}")
-    }
-}
-
-/// A throughput ratio: `14.3x`, `1.43x`, `0.715x` (3 significant digits).
-fn ratio_text(ratio: f64) -> String {
-    if ratio < 1.0 {
-        format!("{ratio:.3}x")
-    } else {
-        format!("{}x", three_significant_digits(ratio))
-    }
-}
-
-/// A microsecond difference with an explicit sign: `+12.3us`, `-0.50us`.
-fn signed_us(us: f64) -> String {
-    let sign = if us < 0.0 { "-" } else { "+" };
-    format!("{sign}{}us", three_significant_digits(us.abs()))
-}
-
-/// A count or rate with 3 significant digits and k/M/G suffixes.
-fn human_count(value: f64) -> String {
-    const UNITS: [(f64, &str); 4] = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
-    for (scale, unit) in UNITS {
-        if value >= scale * 0.9995 {
-            return format!("{}{unit}", three_significant_digits(value / scale));
-        }
-    }
-    if value == value.trunc() {
-        format!("{value:.0}")
-    } else {
-        three_significant_digits(value)
-    }
-}
-
-/// Percent with more decimals for small shares, which matter here: 0.1% of
-/// accesses faulting can dominate the run time.
-fn percent(value: f64) -> String {
-    if value == 0.0 {
-        "0%".to_string()
-    } else if value < 0.01 {
-        format!("{value:.4}%")
-    } else if value < 10.0 {
-        format!("{value:.2}%")
-    } else {
-        format!("{value:.1}%")
-    }
-}
-
-/// A hit ratio as a percentage with two decimals, exactly 1 as `100%` so
-/// that "no miss at all" stands out from "99.995%" (`100.00%`).
-fn hit_percent(ratio: f64) -> String {
-    if ratio == 1.0 {
-        "100%".to_string()
-    } else {
-        format!("{:.2}%", ratio * 100.0)
-    }
-}
-
-/// `1234567` as `1,234,567`.
-fn group_thousands(value: u64) -> String {
-    if value < 1000 {
-        value.to_string()
-    } else {
-        format!("{},{:03}", group_thousands(value / 1000), value % 1000)
-    }
 }
 
 #[cfg(test)]
@@ -794,14 +630,6 @@ mod tests {
         let hits = row(&table, "hit ratio");
         assert_eq!(hits.matches(MISSING).count(), 2, "{table}");
         assert!(!table.contains("tiermem counters"), "{table}");
-    }
-
-    #[test]
-    fn hit_percent_keeps_an_exact_one_apart() {
-        assert_eq!(hit_percent(1.0), "100%");
-        assert_eq!(hit_percent(0.99999), "100.00%");
-        assert_eq!(hit_percent(0.5), "50.00%");
-        assert_eq!(hit_percent(0.0), "0.00%");
     }
 
     #[test]
@@ -1005,50 +833,5 @@ mod tests {
             );
         }
         assert!(text.contains("samples"));
-    }
-
-    #[test]
-    fn human_ns_uses_three_significant_digits() {
-        let cases = [
-            (0.0, "0ns"),
-            (5.0, "5.00ns"),
-            (87.0, "87.0ns"),
-            (999.4, "999ns"),
-            (999.6, "1.00us"),
-            (1024.0, "1.02us"),
-            (45_600_000.0, "45.6ms"),
-            (2.5e9, "2.50s"),
-            (5e12, "5000s"),
-        ];
-        for (ns, text) in cases {
-            assert_eq!(human_ns(ns), text, "{ns}");
-        }
-    }
-
-    #[test]
-    fn human_bytes_uses_binary_units() {
-        let cases = [
-            (0, "0 B"),
-            (512, "512 B"),
-            (1024, "1.00 KiB"),
-            (256 << 20, "256 MiB"),
-            (1 << 30, "1.00 GiB"),
-            (3 << 29, "1.50 GiB"),
-            (u64::MAX, "16.0 EiB"),
-        ];
-        for (bytes, text) in cases {
-            assert_eq!(human_bytes(bytes), text, "{bytes}");
-        }
-    }
-
-    #[test]
-    fn small_helpers() {
-        assert_eq!(group_thousands(0), "0");
-        assert_eq!(group_thousands(999), "999");
-        assert_eq!(group_thousands(1_234_567), "1,234,567");
-        assert_eq!(human_count(860.0), "860");
-        assert_eq!(human_count(999_600.0), "1.00M");
-        assert_eq!(signed_us(-0.5), "-0.50us");
-        assert_eq!(percent(0.001), "0.0010%");
     }
 }

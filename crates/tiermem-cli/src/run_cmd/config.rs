@@ -1,0 +1,350 @@
+//! Resolving and checking the settings: flags over `TIERMEM_*` variables
+//! over defaults, with messages that name where a bad value came from.
+
+use tiermem_core::config::{
+    ENV_BACKING, ENV_DRAM, ENV_HANDLER_THREADS, ENV_PAGE_SIZE, ENV_POLICY, MAX_PAGE_SIZE,
+    MIN_BUDGET_PAGES, MIN_PAGE_SIZE,
+};
+use tiermem_core::error_policy::ENV_ENCRYPT;
+use tiermem_core::{parse_size, Config, Error as CoreError};
+
+use super::args::RunArgs;
+use super::stop::Stop;
+
+pub(super) const ENV_MMAP_THRESHOLD: &str = "TIERMEM_MMAP_THRESHOLD";
+
+/// Below this a program spends its time paging its own working set in and out.
+const MIN_RUN_BUDGET: u64 = 1 << 20;
+
+/// Where a setting's value came from, for messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Flag(&'static str),
+    Env(&'static str),
+    Default,
+}
+
+impl Source {
+    fn describe(self, value: &str) -> String {
+        match self {
+            Source::Flag(flag) => format!("{flag} {value}"),
+            Source::Env(var) => format!("{var}={value}"),
+            Source::Default => "the default".to_string(),
+        }
+    }
+}
+
+/// The flag that sets each core setting.
+fn flag_for(args: &RunArgs, var: &str) -> Option<(&'static str, String)> {
+    let (flag, value) = match var {
+        ENV_DRAM => ("--dram", &args.dram),
+        ENV_BACKING => ("--backing", &args.backing),
+        ENV_PAGE_SIZE => ("--page-size", &args.page_size),
+        ENV_POLICY => ("--policy", &args.policy),
+        ENV_HANDLER_THREADS => ("--handler-threads", &args.handler_threads),
+        ENV_MMAP_THRESHOLD => ("--mmap-threshold", &args.mmap_threshold),
+        ENV_ENCRYPT if args.encrypt => return Some(("--encrypt", "on".to_string())),
+        _ => return args.organization.flag_for(var),
+    };
+    value.clone().map(|v| (flag, v))
+}
+
+/// A setting's value and its source: the flag, else the environment.
+fn lookup(
+    args: &RunArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+    var: &'static str,
+) -> Option<(String, Source)> {
+    if let Some((flag, value)) = flag_for(args, var) {
+        return Some((value, Source::Flag(flag)));
+    }
+    env(var).map(|v| (v, Source::Env(var)))
+}
+
+fn source_of(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>, var: &'static str) -> Source {
+    lookup(args, env, var).map_or(Source::Default, |(_, s)| s)
+}
+
+/// The configuration the program will run with: flags over `TIERMEM_*`
+/// variables over defaults, with the core's checks and ours.
+pub(super) fn resolve_config(
+    args: &RunArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Stop> {
+    let get = |var: &str| flag_for(args, var).map(|(_, v)| v).or_else(|| env(var));
+    // A budget below our floor gets our message (with the floor), even when
+    // the core would also refuse it for holding fewer than 16 pages.
+    precheck_budget(args, env)?;
+    let invalid_setting = |e| match e {
+        CoreError::InvalidSetting {
+            setting,
+            value,
+            expected,
+        } => match flag_for(args, setting) {
+            Some((flag, _)) => Stop::new(
+                1,
+                format!("invalid {setting} '{value}' (from {flag}): {expected}"),
+            ),
+            None => Stop::new(1, format!("invalid {setting} '{value}': {expected}")),
+        },
+        other => Stop::new(1, other.to_string()),
+    };
+    let config = Config::from_lookup(get)
+        .and_then(|c| c.check_transparent().map(|()| c))
+        .map_err(invalid_setting)?;
+    let source = source_of(args, env, ENV_DRAM);
+    let shown = lookup(args, env, ENV_DRAM).map_or_else(String::new, |(v, _)| v);
+    check_budget(config.dram_budget, config.page_size as u64, source, &shown)?;
+    Ok(config)
+}
+
+/// The smallest budget `tiermem run` accepts at this page size.
+fn budget_floor(page_size: u64) -> u64 {
+    MIN_RUN_BUDGET.max(page_size.saturating_mul(MIN_BUDGET_PAGES))
+}
+
+fn check_budget(budget: u64, page_size: u64, source: Source, text: &str) -> Result<(), Stop> {
+    let floor = budget_floor(page_size);
+    if budget >= floor {
+        return Ok(());
+    }
+    Err(Stop::new(
+        1,
+        format!(
+            "a DRAM budget of {} ({}) is too small for a program to make progress: \
+             the minimum is {} (at least 1 MiB and {MIN_BUDGET_PAGES} pages of {}).\n\
+             Fix: give --dram {} or more, e.g. --dram 256M (or set TIERMEM_DRAM).",
+            exact_size(budget),
+            source.describe(text),
+            exact_size(floor),
+            exact_size(page_size),
+            short_size(floor),
+        ),
+    ))
+}
+
+/// `bytes` in the largest binary unit that divides it: 8 KiB, 1 MiB, 1000 B.
+fn exact_size(bytes: u64) -> String {
+    let (value, unit) = split_unit(bytes);
+    format!("{value} {}", ["B", "KiB", "MiB", "GiB"][unit])
+}
+
+/// A size as a --dram value: 1M, 32M, 640K.
+fn short_size(bytes: u64) -> String {
+    let (value, unit) = split_unit(bytes);
+    format!("{value}{}", ["", "K", "M", "G"][unit])
+}
+
+/// `bytes` as value and unit index (0 = B .. 3 = GiB), exactly.
+fn split_unit(bytes: u64) -> (u64, usize) {
+    if bytes == 0 {
+        return (0, 0);
+    }
+    let unit = (bytes.trailing_zeros() / 10).min(3) as usize;
+    (bytes >> (unit * 10), unit)
+}
+
+/// The budget check on the values as written, before the core sees them. A
+/// value the core would reject for its syntax is left to the core.
+fn precheck_budget(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Stop> {
+    let Some((text, source)) = lookup(args, env, ENV_DRAM) else {
+        return Ok(());
+    };
+    let Ok(budget) = parse_size(ENV_DRAM, &text) else {
+        return Ok(());
+    };
+    let page_size = match lookup(args, env, ENV_PAGE_SIZE) {
+        None => MIN_PAGE_SIZE as u64,
+        Some((p, _)) => match parse_size(ENV_PAGE_SIZE, &p) {
+            Ok(p) => p.resolve(),
+            Err(_) => return Ok(()),
+        },
+    };
+    let page_ok = page_size.is_power_of_two()
+        && (MIN_PAGE_SIZE as u64..=MAX_PAGE_SIZE as u64).contains(&page_size);
+    if !page_ok {
+        return Ok(());
+    }
+    check_budget(budget.resolve(), page_size, source, &text)
+}
+
+/// The mmap threshold to give the program, if the flag was given; a value
+/// from the environment is checked too (the program inherits it as is).
+pub(super) fn resolve_mmap_threshold(
+    args: &RunArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>, Stop> {
+    let Some((text, source)) = lookup(args, env, ENV_MMAP_THRESHOLD) else {
+        return Ok(None);
+    };
+    if let Err(e) = parse_size(ENV_MMAP_THRESHOLD, &text) {
+        let msg = match (e, source) {
+            (
+                CoreError::InvalidSetting {
+                    setting,
+                    value,
+                    expected,
+                },
+                Source::Flag(flag),
+            ) => format!("invalid {setting} '{value}' (from {flag}): {expected}"),
+            (e, _) => e.to_string(),
+        };
+        return Err(Stop::new(1, msg));
+    }
+    Ok(matches!(source, Source::Flag(_)).then_some(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    use tiermem_core::organization::OrganizationArgs;
+
+    fn args(flags: &[(&str, &str)]) -> RunArgs {
+        let get = |name: &str| {
+            flags
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        RunArgs {
+            dram: get("dram"),
+            backing: get("backing"),
+            page_size: get("page-size"),
+            policy: get("policy"),
+            handler_threads: get("handler-threads"),
+            mmap_threshold: get("mmap-threshold"),
+            stats: false,
+            stats_file: None,
+            no_inherit: false,
+            encrypt: false,
+            cpus: None,
+            organization: OrganizationArgs {
+                preset: get("preset"),
+                associativity: get("associativity"),
+                prefetch: get("prefetch"),
+                write_policy: get("write-policy"),
+                inclusion: get("inclusion"),
+            },
+            command: vec!["true".into()],
+        }
+    }
+
+    #[test]
+    fn organization_flags_override_the_preset_and_the_environment() {
+        use tiermem_core::{Inclusion, WritePolicy};
+        let c = config(
+            &[("preset", "memory-mode"), ("associativity", "4")],
+            &[
+                ("TIERMEM_WRITE_POLICY", "write-through"),
+                ("TIERMEM_PREFETCH", "2"),
+            ],
+        )
+        .unwrap();
+        let o = c.organization;
+        assert_eq!(o.associativity, 4, "the flag beats the preset");
+        assert_eq!(o.prefetch, Some(2), "the variable beats the preset");
+        assert_eq!(o.write_policy, WritePolicy::WriteThrough);
+        assert_eq!(o.inclusion, Inclusion::Inclusive);
+        let env = c.to_env();
+        assert!(env.contains(&("TIERMEM_ASSOCIATIVITY", "4".to_string())));
+        let e = config(&[("associativity", "many")], &[]).unwrap_err();
+        assert!(
+            e.message
+                .contains("TIERMEM_ASSOCIATIVITY 'many' (from --associativity)"),
+            "{}",
+            e.message
+        );
+        let e = config(&[("inclusion", "exclusive"), ("write-policy", "wt")], &[]).unwrap_err();
+        assert!(e.message.contains("inclusive"), "{}", e.message);
+    }
+
+    fn config(flags: &[(&str, &str)], env: &[(&str, &str)]) -> Result<Config, Stop> {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        resolve_config(&args(flags), &|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn flags_override_environment() {
+        let c = config(
+            &[("dram", "64M"), ("policy", "fifo")],
+            &[
+                (ENV_DRAM, "32M"),
+                (ENV_PAGE_SIZE, "8K"),
+                (ENV_POLICY, "clock"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.dram_budget, 64 << 20);
+        assert_eq!(c.page_size, 8 << 10);
+        assert_eq!(c.policy, tiermem_core::PolicyKind::Fifo);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_the_form() {
+        let e = config(&[("dram", "lots")], &[]).unwrap_err();
+        assert_eq!(e.code, 1);
+        assert!(
+            e.message.contains("TIERMEM_DRAM 'lots' (from --dram)"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("256M"), "{}", e.message);
+        let e = config(&[], &[(ENV_POLICY, "lru")]).unwrap_err();
+        assert!(
+            e.message.contains("invalid TIERMEM_POLICY 'lru'"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("from --"), "{}", e.message);
+    }
+
+    #[test]
+    fn budget_floor_is_one_mib_and_sixteen_pages() {
+        for dram in ["8K", "512K", "1048575"] {
+            let e = config(&[("dram", dram)], &[]).unwrap_err();
+            assert!(e.message.contains("too small"), "{}", e.message);
+            assert!(
+                e.message.contains("1.00 MiB") || e.message.contains("1 MiB"),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains("--dram 1M"), "{}", e.message);
+        }
+        assert!(config(&[("dram", "1M")], &[]).is_ok());
+        let e = config(&[("dram", "16M"), ("page-size", "2M")], &[]).unwrap_err();
+        assert!(e.message.contains("--dram 32M"), "{}", e.message);
+        let e = config(&[], &[(ENV_DRAM, "100K")]).unwrap_err();
+        assert!(e.message.contains("TIERMEM_DRAM=100K"), "{}", e.message);
+    }
+
+    #[test]
+    fn sizes_are_shown_exactly() {
+        assert_eq!(exact_size(8192), "8 KiB");
+        assert_eq!(exact_size(1 << 20), "1 MiB");
+        assert_eq!(exact_size(100_000), "100000 B");
+        assert_eq!(exact_size(3 << 30), "3 GiB");
+        assert_eq!(short_size(32 << 20), "32M");
+        assert_eq!(short_size(640 << 10), "640K");
+        assert_eq!(short_size(1 << 40), "1024G");
+    }
+
+    #[test]
+    fn mmap_threshold_is_checked_and_passed_only_from_the_flag() {
+        let none = |_: &str| None;
+        assert_eq!(
+            resolve_mmap_threshold(&args(&[("mmap-threshold", "64K")]), &none).unwrap(),
+            Some("64K".to_string())
+        );
+        let e = resolve_mmap_threshold(&args(&[("mmap-threshold", "big")]), &none).unwrap_err();
+        assert!(e
+            .message
+            .contains("TIERMEM_MMAP_THRESHOLD 'big' (from --mmap-threshold)"));
+        let env = |k: &str| (k == ENV_MMAP_THRESHOLD).then(|| "1M".to_string());
+        assert_eq!(resolve_mmap_threshold(&args(&[]), &env).unwrap(), None);
+    }
+}

@@ -1,0 +1,99 @@
+//! `tiermem run`: an unmodified program with its memory tiered.
+//!
+//! The command checks everything it can before the program starts (the
+//! settings, libtiermem.so, the program itself, the backing store and
+//! userfaultfd, the last two by starting and stopping a runtime here), then
+//! starts the program with libtiermem.so preloaded and the resolved
+//! configuration in `TIERMEM_*` variables, forwards signals to it, and exits
+//! with its status. `tiermem run` never loads libtiermem.so itself.
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use tiermem_core::cpus::restrict_command;
+use tiermem_core::preload_library;
+
+/// Tells libtiermem.so that it was preloaded and must interpose.
+const ENV_PRELOAD: &str = "TIERMEM_PRELOAD";
+const ENV_STATS: &str = "TIERMEM_STATS";
+const ENV_STATS_FILE: &str = "TIERMEM_STATS_FILE";
+/// Tells the library which process `tiermem run` started (see `--stats-file`).
+const ENV_STATS_OWNER: &str = "TIERMEM_STATS_OWNER";
+const ENV_NO_INHERIT: &str = "TIERMEM_NO_INHERIT";
+
+mod args;
+mod child;
+mod command;
+mod config;
+mod preflight;
+mod stop;
+
+pub use args::RunArgs;
+
+use child::spawn_and_wait;
+use command::{ld_preload, resolve_command, stats_file_template};
+use config::{resolve_config, resolve_mmap_threshold, ENV_MMAP_THRESHOLD};
+use preflight::{check_backing_path, preflight_runtime};
+use stop::Stop;
+
+/// Runs `tiermem run`; returns the exit status for the process.
+pub fn run(args: &RunArgs) -> i32 {
+    match run_inner(args) {
+        Ok(code) => code,
+        Err(stop) => {
+            eprintln!("tiermem run: {}", stop.message);
+            stop.code
+        }
+    }
+}
+
+fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
+    let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+    let config = resolve_config(args, &env)?;
+    let (program, argv0, rest) = match args.command.split_first() {
+        Some((first, rest)) => (
+            resolve_command(first, std::env::var_os("PATH"))?,
+            first,
+            rest,
+        ),
+        None => {
+            return Err(Stop::new(
+                2,
+                "no program given: tiermem run [OPTIONS] -- CMD [ARGS...]",
+            ))
+        }
+    };
+    let lib = preload_library::find().map_err(anyhow::Error::from)?;
+    let mmap_threshold = resolve_mmap_threshold(args, &env)?;
+    check_backing_path(&config.backing, args.backing.is_some())?;
+    preflight_runtime(&config)?;
+
+    let mut cmd = Command::new(&program);
+    cmd.arg0(argv0).args(rest);
+    cmd.envs(config.to_env());
+    cmd.env(ENV_PRELOAD, "1");
+    cmd.env(
+        "LD_PRELOAD",
+        ld_preload(&lib, std::env::var_os("LD_PRELOAD").as_deref()),
+    );
+    if args.stats {
+        cmd.env(ENV_STATS, "1");
+    }
+    if let Some(path) = &args.stats_file {
+        cmd.env(ENV_STATS_FILE, stats_file_template(path)?);
+        cmd.env(ENV_STATS_OWNER, std::process::id().to_string());
+    }
+    if let Some(t) = mmap_threshold {
+        cmd.env(ENV_MMAP_THRESHOLD, t);
+    }
+    if args.no_inherit {
+        cmd.env(ENV_NO_INHERIT, "1");
+    }
+    if let Some(choice) = &args.cpus {
+        let (cpus, _) = choice
+            .resolve(&config.backing)
+            .map_err(|e| Stop::new(2, format!("--cpus: {e}")))?;
+        restrict_command(&mut cmd, &cpus);
+    }
+    spawn_and_wait(cmd, argv0)
+}
