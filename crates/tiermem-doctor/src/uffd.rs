@@ -9,7 +9,7 @@
 //! root the answer is derived from the tree's files.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
 use linux_raw_sys::general as uapi;
@@ -20,11 +20,8 @@ use crate::tree::{Identity, Kernel, Tree, CAP_SYS_PTRACE};
 const NAME_PERMISSION: &str = "userfaultfd";
 const NAME_FEATURES: &str = "uffd_features";
 
-/// `USERFAULTFD_IOC_NEW` on /dev/userfaultfd: `_IO(0xAA, 0x00)`.
-const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
-
-/// The fix of a refused userfaultfd: the sysctl first, as the issue and
-/// the README's Permissions section put it.
+/// The fix of a refused userfaultfd: the sysctl first, as
+/// the README's Permissions section puts it.
 const PERMISSION_FIX: &str = "as root: sysctl -w vm.unprivileged_userfaultfd=1 \
      (persist it in /etc/sysctl.d/), or give this user read-write access to /dev/userfaultfd \
      (setfacl -m u:$USER:rw /dev/userfaultfd), or run with CAP_SYS_PTRACE";
@@ -178,7 +175,7 @@ fn device_access(tree: &Tree, identity: &Identity) -> DeviceAccess {
         Err(e) => return DeviceAccess::Denied(format!("cannot be inspected ({e})")),
     };
     if tree.is_live() {
-        return match open_device(libc::O_CLOEXEC) {
+        return match tiermem_core::sys::uffd::Uffd::open_device(libc::O_CLOEXEC, false) {
             Ok(_) => DeviceAccess::Usable,
             Err(e) => DeviceAccess::Denied(format!(
                 "refused ({e}; mode {:04o}, owner uid {})",
@@ -223,22 +220,6 @@ fn open_syscall() -> io::Result<OwnedFd> {
     }
     // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// A full userfaultfd through /dev/userfaultfd, as the core opens it.
-fn open_device(flags: i32) -> io::Result<OwnedFd> {
-    let dev = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/userfaultfd")?;
-    // SAFETY: USERFAULTFD_IOC_NEW takes the flags as its integer argument
-    // and returns a new file descriptor.
-    let fd = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW, flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Where the feature bits come from.

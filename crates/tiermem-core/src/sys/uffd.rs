@@ -110,7 +110,9 @@ impl Uffd {
         }
     }
 
-    fn open_device(flags: i32, sigbus: bool) -> io::Result<Uffd> {
+    /// A full userfaultfd through /dev/userfaultfd only (`tiermem doctor`
+    /// tells this way from the syscall apart).
+    pub fn open_device(flags: i32, sigbus: bool) -> io::Result<Uffd> {
         let dev = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
