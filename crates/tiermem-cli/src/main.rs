@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod bench_suite;
+mod bench_vm_cmd;
 mod compressed_args;
 mod ctl_cmd;
 mod device_cmd;
@@ -28,6 +29,7 @@ struct Cli {
 enum Command {
     Bench(bench_cmd::BenchArgs),
     BenchRedis(redis_bench::RedisBenchArgs),
+    BenchVm(bench_vm_cmd::BenchVmArgs),
     Completions(docs::CompletionsArgs),
     Cost(tiermem_cost::CostArgs),
     Ctl(ctl_cmd::CtlArgs),
@@ -72,6 +74,7 @@ fn main() {
                 1
             }
         },
+        Command::BenchVm(args) => report_failure("bench-vm", bench_vm_cmd::run(&args)),
         Command::Completions(args) => {
             report_failure("completions", docs::completions(&args, Cli::command()))
         }

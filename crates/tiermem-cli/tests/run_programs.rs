@@ -467,6 +467,15 @@ fn c_unreadable_pages_are_evicted_and_come_back() {
     }
 }
 
+/// Memory reserved PROT_NONE and committed later with mprotect or
+/// MAP_FIXED (a JVM's heap, QEMU's guest RAM) is tiered: it pages in a
+/// 16 MiB budget, still-reserved pages fault, and every byte comes back
+/// (`tests/c/preload_reserve.c`).
+#[test]
+fn c_reserved_then_committed_memory_is_tiered() {
+    c_program("preload_reserve", "16M", &|_| Vec::new());
+}
+
 /// Forks that run no pthread_atfork handlers: glibc's `_Fork()`, and the
 /// `syscall()` wrapper asked for `SYS_fork`, `SYS_clone` or `SYS_clone3`.
 /// Their children see every evicted page too (without tiermem's wrappers

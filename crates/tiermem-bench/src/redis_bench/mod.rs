@@ -20,7 +20,7 @@
 mod benchmark;
 mod dataset;
 mod plan;
-mod process;
+pub(crate) mod process;
 mod report;
 mod resp;
 mod server;

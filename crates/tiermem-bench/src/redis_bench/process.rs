@@ -67,7 +67,7 @@ impl Log {
 
 /// Makes the child get SIGKILL when we die, so a server never outlives an
 /// interrupted benchmark.
-pub(super) fn die_with_parent(cmd: &mut Command) {
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     // SAFETY: getpid has no preconditions and cannot fail.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the closure runs in the forked child before exec and only
@@ -105,7 +105,7 @@ pub(super) fn wait_timeout(
     }
 }
 
-pub(super) fn describe(status: ExitStatus) -> String {
+pub(crate) fn describe(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(c), _) => format!("exit status {c}"),
         (None, Some(s)) => format!("killed by signal {s}"),
@@ -114,7 +114,7 @@ pub(super) fn describe(status: ExitStatus) -> String {
 }
 
 /// The last `max` bytes of `text` (on a char boundary), newline-terminated.
-pub(super) fn tail(text: &str, max: usize) -> String {
+pub(crate) fn tail(text: &str, max: usize) -> String {
     let mut start = text.len().saturating_sub(max);
     while !text.is_char_boundary(start) {
         start += 1;

@@ -29,12 +29,29 @@ const SPECIAL: c_int = libc::MAP_FIXED
     // Locked memory must never reach the store (see mlock.rs).
     | libc::MAP_LOCKED;
 
+/// Plain private anonymous memory of at least the threshold, read-write or
+/// `PROT_NONE`. A `PROT_NONE` mapping is address space reserved for memory
+/// the program commits later, by `mprotect` or by `MAP_FIXED` into it: a
+/// VM's guest RAM (QEMU), a JIT's code cache, a managed heap. Reserved in
+/// the arena, that memory is tiered once it is committed.
 fn wants_tiering(len: usize, prot: c_int, flags: c_int) -> bool {
     flags & libc::MAP_ANONYMOUS != 0
         && flags & MAP_TYPE == libc::MAP_PRIVATE
         && flags & SPECIAL == 0
-        && prot == libc::PROT_READ | libc::PROT_WRITE
+        && (prot == libc::PROT_READ | libc::PROT_WRITE || prot == libc::PROT_NONE)
         && len >= mmap_threshold()
+}
+
+/// A lazily committed tiered range for an interposed `mmap`, with the
+/// protection asked for; `None` when the arena has no room left.
+fn alloc_tiered(len: usize, prot: c_int) -> Option<*mut c_void> {
+    let rt = runtime();
+    let p = rt.alloc_lazy(len).ok()?.as_ptr() as usize;
+    if prot != libc::PROT_READ | libc::PROT_WRITE && rt.protect(p, len, prot).is_err() {
+        rt.unmap(p, len);
+        return None;
+    }
+    Some(p as *mut c_void)
 }
 
 /// Whether `[addr, addr+len)` touches the tiered arena (only when active).
@@ -64,8 +81,8 @@ pub unsafe extern "C" fn mmap(
     let fixed = flags & libc::MAP_FIXED != 0;
     if active() && !inside() && !fixed && wants_tiering(len, prot, flags) {
         let _inside = Guard::enter();
-        if let Ok(p) = runtime().alloc_lazy(len) {
-            return p.as_ptr().cast();
+        if let Some(p) = alloc_tiered(len, prot) {
+            return p;
         }
         // Out of tiered address space: an untiered mapping beats failing.
     }
@@ -126,8 +143,6 @@ fn untiered_reason(prot: c_int, flags: c_int, fd: c_int) -> Option<&'static str>
         "stacks are not tiered"
     } else if flags & libc::MAP_32BIT != 0 {
         "MAP_32BIT memory is not tiered"
-    } else if prot == libc::PROT_NONE {
-        "a PROT_NONE reservation is not tiered, nor is memory mapped into it later at fixed addresses"
     } else if flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0 {
         "memory at a fixed address outside tiermem's arena cannot be tiered"
     } else if prot != libc::PROT_READ | libc::PROT_WRITE {
@@ -162,9 +177,10 @@ pub unsafe extern "C" fn mmap64(
 }
 
 /// `MAP_FIXED` over tiered memory: a fresh private anonymous mapping there
-/// becomes zeroed tiered memory (allocators decommit this way). Mapping a
-/// file or shared memory over the arena would cut its userfaultfd
-/// registration, so it is refused.
+/// becomes zeroed tiered memory with the protection asked for (allocators
+/// decommit this way, and programs commit reserved `PROT_NONE` ranges).
+/// Mapping a file or shared memory over the arena would cut its
+/// userfaultfd registration, so it is refused.
 unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int) -> *mut c_void {
     if !addr.is_multiple_of(BASE_PAGE) || len == 0 {
         set_errno(libc::EINVAL);
@@ -177,10 +193,10 @@ unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int)
     }
     let _inside = Guard::enter();
     runtime().map_fixed_zero(addr, len);
-    if prot != libc::PROT_READ | libc::PROT_WRITE {
-        if let Err(e) = runtime().protect(addr, len, prot) {
-            return fail(core_errno(&e), MAP_FAILED);
-        }
+    // Always: the range may have been reserved PROT_NONE, and a new
+    // mapping takes the protection it asks for, as the kernel gives it.
+    if let Err(e) = runtime().protect(addr, len, prot) {
+        return fail(core_errno(&e), MAP_FAILED);
     }
     addr as *mut c_void
 }
