@@ -1,10 +1,12 @@
-/* Mappings `tiermem run` does not tier, beside one it does. Each region is
+/* Mappings `tiermem run` does not tier, beside two it does. Each region is
  * SIZE_MIB (the first argument, at least the budget the test gives), every
  * byte written and checked:
  * - shared anonymous memory (MAP_SHARED | MAP_ANONYMOUS);
  * - a memfd mapped MAP_SHARED (how QEMU's memory-backend-memfd maps RAM);
+ * - private memory mapped at a fixed address outside tiermem's arena
+ *   (over the shared mapping, once it is done with);
  * - a PROT_NONE reservation with read-write memory mapped into it at a
- *   fixed address (how QEMU and JVMs reserve, then map);
+ *   fixed address (how QEMU and JVMs reserve, then map), which is tiered;
  * - plain private anonymous memory, which is tiered and not reported.
  * The test checks that stderr names each untiered one with its size.
  * Prints a line starting with "OK" and exits 0. */
@@ -49,6 +51,10 @@ int main(int argc, char **argv) {
     uint8_t *memfd = map_or_die(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, "memfd");
     fill_and_check(memfd, len, "memfd");
 
+    uint8_t *over = map_or_die(shared, len, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, "fixed over shared");
+    fill_and_check(over, len, "fixed over shared");
+
     uint8_t *reserved = map_or_die(NULL, len, PROT_NONE,
                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, "reservation");
     uint8_t *inside = map_or_die(reserved, len, PROT_READ | PROT_WRITE,
@@ -59,6 +65,6 @@ int main(int argc, char **argv) {
     uint8_t *plain = map_or_die(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                                 -1, "plain");
     fill_and_check(plain, len, "plain");
-    printf("OK: every byte of four %zu MiB mappings\n", len / MIB);
+    printf("OK: every byte of five %zu MiB mappings\n", len / MIB);
     return 0;
 }

@@ -160,6 +160,33 @@ impl Runtime {
         });
     }
 
+    /// `mmap(MAP_FIXED_NOREPLACE)` of private anonymous memory over
+    /// `[addr, addr+len)`, a hole the program left in the lazily committed
+    /// zone: the range becomes allocated, zero-filled tiered memory if no
+    /// page of it is allocated, checked and claimed under the zone's lock.
+    /// `false` when any page is taken (the kernel's `EEXIST`), or the range
+    /// is not whole pages of the lazy zone.
+    pub fn map_fixed_noreplace(&self, addr: usize, len: usize) -> bool {
+        let rt = self.shared();
+        let ps = rt.page_size;
+        if !addr.is_multiple_of(ps) || len == 0 {
+            return false;
+        }
+        let range = rt.pages_within(addr, len.next_multiple_of(ps));
+        let whole = range.pages as usize * ps == len.next_multiple_of(ps);
+        let last = range.start + range.pages.saturating_sub(1);
+        if !whole || !rt.is_lazy(range.start as PageNo) || !rt.is_lazy(last as PageNo) {
+            return false;
+        }
+        let mut zone = lock(&rt.lazy);
+        if !Self::live_parts(&zone, range).is_empty() {
+            return false;
+        }
+        // Free pages of the lazy zone already read as zeros.
+        zone.claim(range.start, range.pages);
+        true
+    }
+
     /// `mremap` of a range inside the arena. Shrinks in place, grows in
     /// place when the following pages are free, and otherwise (with
     /// `may_move`) moves the contents to a new lazily committed range.

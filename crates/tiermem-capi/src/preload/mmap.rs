@@ -89,6 +89,9 @@ pub unsafe extern "C" fn mmap(
     if fixed && touches_arena(addr as usize, len) {
         return map_fixed_in_arena(addr as usize, len, prot, flags);
     }
+    if flags & libc::MAP_FIXED_NOREPLACE != 0 && touches_arena(addr as usize, len) {
+        return map_noreplace_in_arena(addr as usize, len, prot, flags);
+    }
     match raw::mmap(addr as usize, len, prot, flags, fd, offset) {
         Ok(p) => {
             report_if_over_budget(len, prot, flags, fd);
@@ -196,6 +199,29 @@ unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int)
     // Always: the range may have been reserved PROT_NONE, and a new
     // mapping takes the protection it asks for, as the kernel gives it.
     if let Err(e) = runtime().protect(addr, len, prot) {
+        return fail(core_errno(&e), MAP_FAILED);
+    }
+    addr as *mut c_void
+}
+
+/// `MAP_FIXED_NOREPLACE` over the arena: the kernel would refuse it
+/// (`EEXIST`), as the arena stays mapped, so a hole the program unmapped
+/// there becomes tiered memory again; a range with any page still in use
+/// is refused as the kernel refuses it.
+unsafe fn map_noreplace_in_arena(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+) -> *mut c_void {
+    let plain = flags & libc::MAP_ANONYMOUS != 0 && flags & MAP_TYPE == libc::MAP_PRIVATE;
+    let _inside = Guard::enter();
+    if !plain || !runtime().map_fixed_noreplace(addr, len) {
+        set_errno(libc::EEXIST);
+        return MAP_FAILED;
+    }
+    if let Err(e) = runtime().protect(addr, len, prot) {
+        runtime().unmap(addr, len);
         return fail(core_errno(&e), MAP_FAILED);
     }
     addr as *mut c_void
@@ -331,6 +357,11 @@ unsafe fn remap_to_fixed(old: usize, old_len: usize, new_len: usize, target: usi
     }
     if rt.contains(target) {
         rt.map_fixed_zero(target, new_len);
+        // The target may be a PROT_NONE reservation: the moved memory is
+        // read-write, as the kernel makes it.
+        if let Err(e) = rt.protect(target, new_len, libc::PROT_READ | libc::PROT_WRITE) {
+            return fail(core_errno(&e), MAP_FAILED);
+        }
     } else if let Err(e) = raw::mmap(
         target,
         new_len,
