@@ -43,9 +43,9 @@ use crate::config::PolicyKind;
 use crate::page_table::{Kind, PageNo, PageTable};
 
 /// 64/256 = 1/4 of the budget. Under zipf(0.99), 2 GiB in 512 MiB, a
-/// quarter served 56-63K pages/s against 46-55K for an eighth, in rounds
-/// that alternated the two, with 0.6-0.8 points more hits; uniform access
-/// showed no difference (docs/notebook/2026-11-25-fork-window-suite-first-touch.md).
+/// quarter serves 56-63K pages/s against 46-55K for an eighth, in rounds
+/// that alternate the two, with 0.6-0.8 points more hits; uniform access
+/// shows no difference.
 const PROBATION_SHARE: u32 = 64;
 
 #[derive(Default)]
