@@ -17,6 +17,7 @@ mod paths;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A reference from one file to another: the line it is on and the path.
+#[derive(Clone)]
 pub struct Reference {
     pub line: usize,
     pub path: String,
@@ -216,18 +217,10 @@ impl Graph {
                 if !members.contains(to) {
                     continue;
                 }
-                let references = references
-                    .iter()
-                    .map(|r| Reference {
-                        line: r.line,
-                        path: r.path.clone(),
-                        source_line: r.source_line.clone(),
-                    })
-                    .collect();
                 edges.push((
                     self.files[from].clone(),
                     self.files[*to].clone(),
-                    references,
+                    references.clone(),
                 ));
             }
         }

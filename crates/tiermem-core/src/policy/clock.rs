@@ -109,7 +109,7 @@ mod tests {
     use crate::page_table::PageState;
 
     fn resident(table: &PageTable, page: PageNo, referenced: bool) {
-        table.update(page, |s| {
+        table.update_unchecked(page, |s| {
             s.with_kind(Kind::Resident).with_referenced(referenced)
         });
     }
@@ -197,7 +197,7 @@ mod tests {
         clock.admit(&t, 1);
         resident(&t, 2, false);
         clock.admit(&t, 2);
-        t.update(1, |_| PageState::FREE.with_kind(Kind::Stored));
+        t.update_unchecked(1, |_| PageState::FREE.with_kind(Kind::Stored));
         let mut out = Vec::new();
         clock.pick_victims(&t, 2, &mut out);
         assert_eq!(out, [2]);
