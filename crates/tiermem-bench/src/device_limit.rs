@@ -18,26 +18,16 @@
 //! turns into accesses. (Pareto and normal draws put hot pages side by
 //! side, where a read ahead of one miss can bring in several wanted pages.)
 
-use serde::{Deserialize, Serialize};
-
-use crate::device_ref::{ReadLatency, Wait};
+pub use crate::device_ref::DeviceLimit;
+use crate::device_ref::{DeviceRef, ReadLatency, Wait};
 use crate::pattern::Pattern;
-use crate::report::{human_bytes, DeviceRef};
-use crate::worker::{Workload, WorkloadSpec};
+use crate::report::format::human_bytes;
+use crate::worker::spec::{Workload, WorkloadSpec};
 
 /// Ranks of a zipf distribution summed term by term; past them the sum is
 /// taken as an integral (the midpoint rule's error there is below 1e-12 of
 /// the total).
 const EXACT_ZIPF_TERMS: u64 = 1 << 20;
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeviceLimit {
-    pub pages_per_sec: f64,
-    /// The best hit ratio the budget allows (0 for a scan).
-    pub best_hit_ratio: f64,
-    /// The formula with this run's figures, printed under the table.
-    pub basis: String,
-}
 
 /// The limit of `spec` with a budget of `budget_bytes` on `device`, or why
 /// there is none.

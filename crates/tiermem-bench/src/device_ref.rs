@@ -8,6 +8,10 @@
 //! in `pread`, and spinning on an io_uring completion, which keeps the CPU
 //! out of idle (on a guest that halts idle vCPUs at once, that is worth
 //! tens of microseconds). The faster of the two is what the device allows.
+//!
+//! The figures a run keeps about its device are here too ([`DeviceRef`]),
+//! with the limit they put on the run ([`DeviceLimit`], which
+//! `device_limit` works out).
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -20,10 +24,39 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use tiermem_core::sys::mem::Mapping;
 
-use crate::report::{human_bytes, DeviceRef};
+use crate::report::format::human_bytes;
 
 const FILE_BYTES: u64 = 256 << 20;
 const FILL_CHUNK: usize = 1 << 20;
+
+/// Reference numbers for the backing device, measured elsewhere (e.g. by
+/// `tiermem-device` or fio), to show how much a fault costs on top of the
+/// device itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceRef {
+    pub qd1_read_latency_us: Option<f64>,
+    pub seq_read_mb_s: Option<f64>,
+    /// Reads of the run's page size at the run's queue depth, each way of
+    /// waiting: the cost of a miss to a pager that cost nothing.
+    #[serde(default)]
+    pub page_reads: Vec<ReadLatency>,
+    /// What the device allows this run, or why there is no such figure.
+    #[serde(default)]
+    pub limit: Option<Result<DeviceLimit, String>>,
+    /// Where the numbers come from, printed with them.
+    pub source: String,
+}
+
+/// The device limit of a run (see `device_limit`): the pages/s a pager
+/// that cost nothing would reach.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceLimit {
+    pub pages_per_sec: f64,
+    /// The best hit ratio the budget allows (0 for a scan).
+    pub best_hit_ratio: f64,
+    /// The formula with this run's figures, printed under the table.
+    pub basis: String,
+}
 
 /// How a reading thread waits for its read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

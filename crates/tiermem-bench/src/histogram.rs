@@ -292,9 +292,9 @@ impl LatencyHistogram {
         let mut out = format!(
             "{} samples, mean {}, min {}, max {}\n",
             self.count,
-            crate::report::human_ns(self.mean_ns()),
-            crate::report::human_ns(self.min_ns() as f64),
-            crate::report::human_ns(self.max_ns as f64),
+            crate::report::format::human_ns(self.mean_ns()),
+            crate::report::format::human_ns(self.min_ns() as f64),
+            crate::report::format::human_ns(self.max_ns as f64),
         );
         if self.count == 0 {
             return out;
@@ -336,7 +336,7 @@ fn compact_ns(ns: u64) -> String {
     if ns == 0 {
         "0ns".to_string()
     } else {
-        crate::report::human_ns(ns as f64)
+        crate::report::format::human_ns(ns as f64)
     }
 }
 

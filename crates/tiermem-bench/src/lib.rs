@@ -13,6 +13,7 @@ pub mod device_ref;
 pub mod histogram;
 pub mod hit_ratio;
 pub mod kernel_swap;
+mod mix;
 pub mod page_data;
 pub mod page_text;
 pub mod pattern;

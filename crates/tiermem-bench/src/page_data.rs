@@ -11,6 +11,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::mix::splitmix64;
+
 /// The contents of a page, beyond its stamp words.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -108,15 +110,6 @@ impl FromStr for PageData {
                 format!("unknown page contents '{s}': expected zero, random, text or mixed")
             })
     }
-}
-
-/// A bijective mixer: distinct inputs give distinct, uniform-looking words.
-#[inline]
-pub(crate) fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

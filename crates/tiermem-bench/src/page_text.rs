@@ -15,6 +15,8 @@
 
 use std::sync::OnceLock;
 
+use crate::mix::splitmix64;
+
 /// Corpus length: a power of two, so offsets wrap with a mask.
 const CORPUS_LEN: usize = 1 << 20;
 /// Phrases that recur.
@@ -54,7 +56,7 @@ const CODAS: &[&str] = &[
 #[inline]
 pub fn word(page: u64, index: usize) -> u64 {
     let text = corpus();
-    let start = super::page_data::splitmix64(page ^ 0x7465_7874) as usize;
+    let start = splitmix64(page ^ 0x7465_7874) as usize;
     let at = start.wrapping_add(index.wrapping_mul(8)) & (CORPUS_LEN - 1);
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&text[at..at + 8]);
@@ -77,7 +79,7 @@ fn build_corpus() -> Vec<u8> {
     let mut state = 0x7068_7261_7365u64;
     let mut next = || {
         state = state.wrapping_add(1);
-        super::page_data::splitmix64(state)
+        splitmix64(state)
     };
     let phrases: Vec<Vec<usize>> = (0..PHRASES)
         .map(|_| {
@@ -163,7 +165,7 @@ fn vocabulary() -> Vec<String> {
     let mut state = 0x0076_6f63_6162_u64;
     while words.len() < VOCABULARY_LEN {
         state = state.wrapping_add(1);
-        let mut draw = super::page_data::splitmix64(state);
+        let mut draw = splitmix64(state);
         let syllables = 1 + (draw % 3) as usize;
         draw /= 3;
         let mut word = String::new();

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::histogram::LatencyHistogram;
 use crate::hit_ratio::HitRatio;
-use crate::scan_resistance::ScanResistanceResult;
+use crate::scan_resistance::shape::ScanResistanceResult;
 
 /// Which memory system a run measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

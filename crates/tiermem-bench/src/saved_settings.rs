@@ -13,7 +13,9 @@
 //! Every path is a parameter, so tests run against a temporary directory
 //! standing in for sysfs.
 
+use std::ffi::CString;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -217,7 +219,7 @@ fn restore_saved(saved: &Saved) -> Result<(), String> {
         }
     }
     if let Some(mountpoint) = &saved.mounted {
-        if let Err(e) = crate::zswap::unmount(mountpoint) {
+        if let Err(e) = unmount(mountpoint) {
             errors.push(format!("{e:#}"));
         }
     }
@@ -320,6 +322,21 @@ pub fn write_setting(path: &Path, value: &str) -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", path.display()))?;
     f.write_all(value.as_bytes())
         .with_context(|| format!("writing {value} to {}", path.display()))
+}
+
+/// Unmounts what a run mounted; "not mounted (any more)" is success.
+pub fn unmount(at: &Path) -> anyhow::Result<()> {
+    let target = CString::new(at.as_os_str().as_bytes())
+        .with_context(|| format!("{} contains a NUL byte", at.display()))?;
+    // SAFETY: target is a valid NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(target.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EINVAL) || err.raw_os_error() == Some(libc::ENOENT) {
+        return Ok(());
+    }
+    Err(err).with_context(|| format!("unmounting {}", at.display()))
 }
 
 #[cfg(test)]

@@ -240,21 +240,6 @@ fn mount_debugfs(at: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Unmounts what a run mounted; "not mounted (any more)" is success.
-pub fn unmount(at: &Path) -> anyhow::Result<()> {
-    let target = CString::new(at.as_os_str().as_bytes())
-        .with_context(|| format!("{} contains a NUL byte", at.display()))?;
-    // SAFETY: target is a valid NUL-terminated path that outlives the call.
-    if unsafe { libc::umount2(target.as_ptr(), 0) } == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EINVAL) || err.raw_os_error() == Some(libc::ENOENT) {
-        return Ok(());
-    }
-    Err(err).with_context(|| format!("unmounting {}", at.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

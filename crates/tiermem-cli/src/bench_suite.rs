@@ -13,7 +13,8 @@ use tiermem_bench::report::{self, DeviceRef};
 use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::{run_plan, BenchPlan};
 
-use crate::bench_cmd::{check_device, json_summary, progress_bar};
+use crate::bench_cmd::device::check_device;
+use crate::bench_cmd::output::{json_summary, progress_bar};
 
 /// One workload of the matrix and what tiermem must reach on it.
 #[derive(Clone, Copy, Debug)]

@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::compress::CompressSettings;
-use crate::error::{Error, Result};
+use crate::error::{invalid, Error, Result};
 use crate::error_policy::ErrorPolicy;
 use crate::io_config::IoSettings;
 use crate::organization::{Inclusion, Organization, Preset, WritePolicy};
+pub use crate::sys::physical_ram_bytes;
 
 /// DRAM budget of the tiered pages: a size such as `256M`, or a share of
 /// physical RAM such as `25%` (the default).
@@ -161,26 +162,6 @@ pub fn parse_size(setting: &'static str, text: &str) -> Result<SizeSpec> {
         v.checked_mul(1u64 << shift).ok_or_else(bad)?
     };
     Ok(SizeSpec::Bytes(bytes))
-}
-
-/// Physical RAM of this machine, in bytes.
-pub fn physical_ram_bytes() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    (pages.max(0) as u64).saturating_mul(page.max(0) as u64)
-}
-
-pub(crate) fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
-    Error::InvalidSetting {
-        setting,
-        value: value.to_string(),
-        expected: expected.to_string(),
-    }
 }
 
 /// Which thread resolves a fault on tiered memory.

@@ -7,9 +7,7 @@
 //! but `guest_halt_poll_ns=0` turns that off. On the test VM that added
 //! 12–27 µs to every interrupt-completed read (device QD1 4 KiB read 58–75
 //! µs against 46–48 µs with polling on), and more to every kernel-swap
-//! miss, while tiermem's polling threads mostly avoid it
-//! (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, sixth
-//! pass"). Figures from such a guest are only comparable
+//! miss, while tiermem's polling threads mostly avoid it. Figures from such a guest are only comparable
 //! with figures from one set the same way, so `tiermem bench` and
 //! `tiermem device` say when they run on one.
 

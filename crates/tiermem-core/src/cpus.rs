@@ -7,9 +7,7 @@
 //! completion interrupt lands on one vCPU. Running a single-threaded program
 //! with its handlers on the CPU that takes the backing device's interrupts
 //! keeps a miss on one CPU; on the 2-vCPU test machine that takes the miss
-//! p50 from 108 µs to 62-68 µs
-//! (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, third
-//! pass"). The scheduler will not find that placement by itself: it wakes a
+//! p50 from 108 µs to 62-68 µs. The scheduler will not find that placement by itself: it wakes a
 //! thread on an idle CPU rather than beside a busy handler.
 //!
 //! This only restricts where the process may run, as `taskset` does. It is

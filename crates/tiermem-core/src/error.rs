@@ -80,6 +80,16 @@ pub enum Error {
     Unavailable(String),
 }
 
+/// A setting's value that tiermem cannot use: `expected` says what it
+/// accepts, or why the value cannot work.
+pub(crate) fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
+    Error::InvalidSetting {
+        setting,
+        value: value.to_string(),
+        expected: expected.to_string(),
+    }
+}
+
 impl Error {
     /// The errno that best describes this error to a C caller.
     pub fn errno(&self) -> i32 {

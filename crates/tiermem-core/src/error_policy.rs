@@ -10,8 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::config::invalid;
-use crate::error::{Error, Result};
+use crate::error::{invalid, Error, Result};
 
 /// crc32c and identity check of every page read back: `on` (the default) or
 /// `off`.

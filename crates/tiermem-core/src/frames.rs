@@ -9,6 +9,10 @@ use crate::sys::mem::{zap, Mapping};
 
 pub type FrameNo = u32;
 
+/// Pages per demotion or write batch: the evictor stages up to this many
+/// pages in frames at a time.
+pub const BATCH: usize = 64;
+
 pub struct FramePool {
     memory: Mapping,
     frame_size: usize,
@@ -119,6 +123,13 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
 unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: the caller's guarantees.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+}
+
+/// Whether a runtime frame (or page-sized buffer) holds only zeros.
+pub fn frame_is_zero(ptr: *const u8, len: usize) -> bool {
+    // SAFETY: `ptr` is a runtime frame of `len` bytes, 8-byte aligned.
+    let words = unsafe { std::slice::from_raw_parts(ptr as *const u64, len / 8) };
+    words.iter().all(|w| *w == 0)
 }
 
 #[cfg(test)]

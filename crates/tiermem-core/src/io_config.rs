@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use crate::error::{Error, Result};
+use crate::error::{invalid, Error, Result};
 
 /// How page reads are issued: `io_uring` (the default) or `psync`.
 pub const ENV_IO_ENGINE: &str = "TIERMEM_IO_ENGINE";
@@ -153,14 +153,6 @@ impl Default for IoSettings {
             idle_spin_us: DEFAULT_IDLE_SPIN_US,
             async_io: AsyncIo::Auto,
         }
-    }
-}
-
-fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
-    Error::InvalidSetting {
-        setting,
-        value: value.to_string(),
-        expected: expected.to_string(),
     }
 }
 

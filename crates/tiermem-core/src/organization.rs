@@ -27,7 +27,7 @@
 
 use std::str::FromStr;
 
-use crate::error::{Error, Result};
+use crate::error::{invalid, Error, Result};
 
 /// Ways per set: `0` fully associative (the default), `1` direct-mapped, `N`
 /// N-way.
@@ -328,14 +328,6 @@ fn parse_count(setting: &'static str, text: &str, expected: &str) -> Result<u32>
     text.trim()
         .parse::<u32>()
         .map_err(|_| invalid(setting, text, &format!("expected {expected}")))
-}
-
-fn invalid(setting: &'static str, value: &str, expected: &str) -> Error {
-    Error::InvalidSetting {
-        setting,
-        value: value.to_string(),
-        expected: expected.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -5,9 +5,7 @@
 //! its signal handler. Spinning there takes a whole CPU in a scan: the
 //! program catches up with read-ahead and yields in a loop on one of the
 //! two vCPUs, while the read-ahead thread that has to install its pages
-//! and the evictor share the other
-//! (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, ninth
-//! pass"). So, after a short spin, it sleeps on a futex. Every owner that
+//! and the evictor share the other. So, after a short spin, it sleeps on a futex. Every owner that
 //! releases a page wakes the sleepers, and only when there are some: one
 //! fence and one load on its way out otherwise. Runtimes with handler
 //! threads, whose faulting threads wait in the kernel, have no

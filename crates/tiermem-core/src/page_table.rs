@@ -41,6 +41,86 @@ pub enum Kind {
     Compressed = 8,
 }
 
+/// Every change of a page's kind the runtime makes, by the kind it leaves:
+/// whoever changes a page's kind makes one of these, which debug builds
+/// check at every change ([`legal_transition`]). A change of flags alone
+/// (dirty, referenced, queued, prefetched, the slot) keeps the kind and is
+/// always legal.
+const TRANSITIONS: [(Kind, &[Kind]); 9] = [
+    // Allocated (zero-filled); in the lazily committed zone a first touch
+    // claims it directly.
+    (Kind::Free, &[Kind::Zero, Kind::Loading]),
+    // Claimed for a zero fill; freed, or discarded into the lazy zone.
+    (Kind::Zero, &[Kind::Loading, Kind::Free]),
+    // A write to a clean page; taken by the evictor or a set conflict;
+    // freed or discarded.
+    (
+        Kind::Resident,
+        &[Kind::Loading, Kind::Evicting, Kind::Free, Kind::Zero],
+    ),
+    // Claimed for a read; freed or discarded.
+    (Kind::Stored, &[Kind::Loading, Kind::Free, Kind::Zero]),
+    // Installed; parked as a read-ahead marker; given back unread, as it
+    // was, when a claim or a read-ahead falls through; lost to a failed
+    // read.
+    (
+        Kind::Loading,
+        &[
+            Kind::Resident,
+            Kind::Probation,
+            Kind::Zero,
+            Kind::Stored,
+            Kind::Compressed,
+            Kind::Free,
+            Kind::Poisoned,
+        ],
+    ),
+    // Demoted into probation, dropped or written out, found all-zero,
+    // compressed; or put back as it was when it could not leave.
+    (
+        Kind::Evicting,
+        &[
+            Kind::Probation,
+            Kind::Stored,
+            Kind::Zero,
+            Kind::Compressed,
+            Kind::Resident,
+        ],
+    ),
+    // A touch brings it back; it leaves DRAM; freed or discarded.
+    (
+        Kind::Probation,
+        &[Kind::Loading, Kind::Evicting, Kind::Free, Kind::Zero],
+    ),
+    // Only freed or discarded: its content is gone.
+    (Kind::Poisoned, &[Kind::Free, Kind::Zero]),
+    // A fault decompresses it; the pool writes it back or moves it; freed
+    // or discarded.
+    (
+        Kind::Compressed,
+        &[Kind::Loading, Kind::Evicting, Kind::Free, Kind::Zero],
+    ),
+];
+
+/// Whether a page may go from kind `from` to kind `to` (see
+/// [`TRANSITIONS`]).
+pub fn legal_transition(from: Kind, to: Kind) -> bool {
+    from == to
+        || TRANSITIONS
+            .iter()
+            .any(|(kind, to_kinds)| *kind == from && to_kinds.contains(&to))
+}
+
+/// In debug builds, stops at a change of `page`'s kind that is not in the
+/// table; nothing in release builds.
+#[inline]
+fn debug_assert_legal(page: PageNo, from: PageState, to: PageState) {
+    debug_assert!(
+        legal_transition(from.kind(), to.kind()),
+        "page {page}: {from:?} -> {to:?} is not a legal transition"
+    );
+}
+
 const KIND_MASK: u64 = 0xf;
 /// The DRAM copy differs from the slot (or there is no slot).
 const DIRTY: u64 = 1 << 4;
@@ -222,6 +302,7 @@ impl PageTable {
     /// Moves `page` from `old` to `new`; false if someone changed it first.
     #[inline]
     pub fn transition(&self, page: PageNo, old: PageState, new: PageState) -> bool {
+        debug_assert_legal(page, old, new);
         self.word(page)
             .compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
@@ -260,6 +341,22 @@ impl PageTable {
         page: PageNo,
         f: impl Fn(PageState) -> PageState,
     ) -> PageState {
+        self.update_word(page, |cur| {
+            let next = f(cur);
+            debug_assert_legal(page, cur, next);
+            next
+        })
+    }
+
+    /// [`Self::update`] without the check of the kind's change: a test's
+    /// shortcut to the state it starts from.
+    #[cfg(test)]
+    pub fn update_unchecked(&self, page: PageNo, f: impl Fn(PageState) -> PageState) -> PageState {
+        f(self.update_word(page, &f))
+    }
+
+    /// The compare-and-swap loop of [`Self::update_returning_old`].
+    fn update_word(&self, page: PageNo, f: impl Fn(PageState) -> PageState) -> PageState {
         let w = self.word(page);
         let mut cur = w.load(Ordering::Acquire);
         loop {
@@ -346,6 +443,55 @@ mod tests {
         assert!(!s.is_dirty() && s.is_queued());
         assert_eq!(s.kind(), Kind::Probation);
         assert_eq!(s.with_slot(Some(0)).slot(), Some(0));
+    }
+
+    const KINDS: [Kind; 9] = [
+        Kind::Free,
+        Kind::Zero,
+        Kind::Resident,
+        Kind::Stored,
+        Kind::Loading,
+        Kind::Evicting,
+        Kind::Probation,
+        Kind::Poisoned,
+        Kind::Compressed,
+    ];
+
+    #[test]
+    fn the_transition_table_has_one_row_per_kind() {
+        for kind in KINDS {
+            let rows = TRANSITIONS.iter().filter(|(from, _)| *from == kind).count();
+            assert_eq!(rows, 1, "{kind:?}");
+            assert!(legal_transition(kind, kind), "{kind:?} keeps its kind");
+        }
+    }
+
+    #[test]
+    fn only_the_table_s_transitions_are_legal() {
+        assert!(legal_transition(Kind::Free, Kind::Zero));
+        assert!(legal_transition(Kind::Stored, Kind::Loading));
+        assert!(legal_transition(Kind::Loading, Kind::Resident));
+        assert!(legal_transition(Kind::Resident, Kind::Evicting));
+        assert!(legal_transition(Kind::Evicting, Kind::Probation));
+        // A page is installed only by whoever owns it, and leaves DRAM only
+        // through the evictor's hands.
+        assert!(!legal_transition(Kind::Stored, Kind::Resident));
+        assert!(!legal_transition(Kind::Free, Kind::Resident));
+        assert!(!legal_transition(Kind::Resident, Kind::Stored));
+        assert!(!legal_transition(Kind::Evicting, Kind::Loading));
+        assert!(!legal_transition(Kind::Poisoned, Kind::Loading));
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "is not a legal transition")]
+    fn an_illegal_transition_stops_a_debug_build() {
+        let t = PageTable::new(16).unwrap();
+        t.transition(
+            2,
+            PageState::FREE,
+            PageState::FREE.with_kind(Kind::Resident),
+        );
     }
 
     #[test]

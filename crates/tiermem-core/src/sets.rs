@@ -288,7 +288,7 @@ mod tests {
         let s = PageState::FREE
             .with_kind(Kind::Stored)
             .with_slot(Some(page as u64));
-        table.finish(page, s);
+        table.update_unchecked(page, |_| s);
         s
     }
 

@@ -11,18 +11,12 @@
 //! - A fault that waits long for DRAM is reported, with what it waits on.
 //!
 //! Every diagnostic names the backing path and the byte offset, so that an
-//! operator can find the bad block.
+//! operator can find the bad block. The runtime's side of it (checked reads,
+//! sealed writes, the diagnostics) is `shared::store_io`.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-
-use crate::error_policy::Injector;
-use crate::page_table::PageNo;
-use crate::runtime::Shared;
-use crate::stats::Counters;
-use crate::sys::mem::Mapping;
-use crate::sys::now_ns;
 
 /// Why a page read cannot be installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,100 +78,11 @@ pub(crate) struct StoreErrors {
     write_reported: AtomicBool,
 }
 
-impl Shared {
-    pub fn injector(&self) -> &Injector {
-        &self.injector
-    }
-
-    /// Reads `slot` into `buf` (page-sized) and checks it is `page`'s.
-    pub fn read_slot(&self, page: PageNo, slot: u64, buf: &mut [u8]) -> Result<(), ReadFailure> {
-        if let Some(e) = self.injector.read() {
-            return Err(ReadFailure::from(e));
-        }
-        self.store().read(slot, buf).map_err(ReadFailure::from)?;
-        self.check_read(page, slot, buf)
-    }
-
-    /// Checks bytes read from `slot` against `page`'s checksum, or
-    /// decrypts them in place and checks their tag.
-    #[inline]
-    pub fn check_read(&self, page: PageNo, slot: u64, buf: &mut [u8]) -> Result<(), ReadFailure> {
-        let good = match &self.cipher {
-            Some(cipher) => cipher.decrypt(page, slot, buf),
-            None => self.checksums.verify(page, slot, buf),
-        };
-        if good {
-            return Ok(());
-        }
-        Counters::add(&self.counters.checksum_errors, 1);
-        Err(ReadFailure::Checksum)
-    }
-
-    /// Prepares `data`, about to be written to `slot` for `page`: records
-    /// its checksum, or encrypts it into `scratch` (a page-sized buffer the
-    /// caller owns). Returns what to write.
-    #[inline]
-    pub fn seal(&self, page: PageNo, slot: u64, data: *const u8, scratch: *mut u8) -> *const u8 {
-        if let Some(cipher) = &self.cipher {
-            // SAFETY: `scratch` is a page-sized buffer the caller owns and
-            // does not use otherwise until the write is done.
-            let dst = unsafe { std::slice::from_raw_parts_mut(scratch, self.page_size) };
-            cipher.encrypt(page, slot, data, dst);
-            return scratch;
-        }
-        if self.checksums.enabled() {
-            // SAFETY: `data` is a page the caller owns (a runtime frame, or a
-            // resident tiered page it holds `Evicting`), readable for
-            // `page_size` bytes and not written while the caller owns it.
-            let bytes = unsafe { std::slice::from_raw_parts(data, self.page_size) };
-            self.checksums.seal(page, slot, bytes);
-        }
-        data
-    }
-
-    /// Scratch for [`Shared::seal`]: `pages` page-sized buffers where
-    /// encryption needs them, none otherwise.
-    pub fn seal_scratch(&self, pages: usize) -> Option<Mapping> {
-        self.cipher.as_ref()?;
-        match Mapping::reserve(pages * self.page_size, "reserving encryption buffers") {
-            Ok(m) => Some(m),
-            Err(e) => self.fatal(&format!("{e}")),
-        }
-    }
-
-    /// The sentence an operator needs about a failed read of `page`.
-    pub fn read_diagnostic(&self, page: PageNo, slot: u64, failure: &ReadFailure) -> String {
-        format!(
-            "reading the page at {:#x} from {} failed: {failure}",
-            self.page_addr(page),
-            self.store_location(slot),
-        )
-    }
-
-    /// Where `slot` lives: the file or device, and the byte offset. A
-    /// private file in a directory has no name; its descriptor is given.
-    fn store_location(&self, slot: u64) -> String {
-        let (fd, offset) = self.store().read_target(slot);
-        let path = self.store().info().path;
-        let store = match path.is_dir() {
-            true => format!(
-                "the unnamed backing file in {} (/proc/{}/fd/{fd})",
-                path.display(),
-                std::process::id()
-            ),
-            false => format!("the backing store {}", path.display()),
-        };
-        format!("{store} at byte offset {offset}")
-    }
-
-    /// A write of `slots` failed with `e`. The slots are quarantined; the
-    /// caller keeps the pages in DRAM and tries fresh slots later. Stops
-    /// the program once writes have failed for the whole deadline.
-    pub fn write_failed(&self, e: &io::Error, slots: &[u64]) {
-        Counters::add(&self.counters.write_errors, 1);
-        Counters::add(&self.counters.quarantined_slots, slots.len() as u64);
-        let now = now_ns();
-        let since = match self.store_errors.write_failing_since_ns.compare_exchange(
+impl StoreErrors {
+    /// A write failed at `now`: when writes started failing, `now` if
+    /// they worked until this one.
+    pub fn write_failed_at(&self, now: u64) -> u64 {
+        match self.write_failing_since_ns.compare_exchange(
             0,
             now,
             Ordering::AcqRel,
@@ -185,67 +90,29 @@ impl Shared {
         ) {
             Ok(_) => now,
             Err(since) => since,
-        };
-        let location = self.store_location(slots.first().copied().unwrap_or(0));
-        let deadline = self.config.errors.io_deadline;
-        if now.saturating_sub(since) >= deadline.as_nanos() as u64 {
-            self.fatal(&format!(
-                "writes to the backing store have failed for {} s (the last: {} page(s) to \
-                 {location}: {e}); stopping the program rather than waiting forever for DRAM \
-                 it cannot free (TIERMEM_IO_DEADLINE sets the deadline)",
-                deadline.as_secs(),
-                slots.len(),
-            ));
         }
-        if !self
-            .store_errors
-            .write_reported
-            .swap(true, Ordering::Relaxed)
-        {
-            eprintln!(
-                "tiermem: writing {} page(s) to {location} failed: {e}; the pages stay in DRAM \
-                 and go to other slots, and the program is stopped if writes keep failing \
-                 for {} s",
-                slots.len(),
-                deadline.as_secs(),
-            );
-        }
+    }
+
+    /// True the first time only: a failing write is reported once.
+    pub fn first_write_report(&self) -> bool {
+        !self.write_reported.swap(true, Ordering::Relaxed)
     }
 
     /// A write reached the store: writes work again.
     #[inline]
     pub fn write_succeeded(&self) {
-        if self
-            .store_errors
-            .write_failing_since_ns
-            .load(Ordering::Relaxed)
-            != 0
-        {
-            self.store_errors
-                .write_failing_since_ns
-                .store(0, Ordering::Release);
+        if self.write_failing_since_ns.load(Ordering::Relaxed) != 0 {
+            self.write_failing_since_ns.store(0, Ordering::Release);
         }
     }
 
-    /// A fault has waited `waited` for DRAM. Says so, and on what.
-    pub fn report_stall(&self, waited: Duration) {
-        Counters::add(&self.counters.stalls, 1);
-        let failing = self
-            .store_errors
-            .write_failing_since_ns
-            .load(Ordering::Acquire);
-        let cause = match failing {
-            0 => "the evictor has freed none".to_string(),
-            since => format!(
-                "writes to the backing store have failed for {} s",
-                now_ns().saturating_sub(since) / 1_000_000_000
-            ),
-        };
-        eprintln!(
-            "tiermem: a fault has waited {} s for DRAM ({} of {} pages in use); {cause}",
-            waited.as_secs(),
-            self.budget.charged(),
-            self.budget.limit(),
-        );
+    /// When writes started failing without a success since (0: they work).
+    pub fn write_failing_since(&self) -> u64 {
+        self.write_failing_since_ns.load(Ordering::Acquire)
     }
 }
+
+/// How long the evictor waits before it writes pages again after a failed
+/// write: long enough not to flood a failing device, short enough that
+/// one bad block costs the program little.
+pub(crate) const WRITE_RETRY: Duration = Duration::from_millis(100);

@@ -12,7 +12,8 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::page_table::{Kind, PageNo};
 use crate::ranges::RangeAllocator;
-use crate::runtime::{Runtime, Shared};
+use crate::runtime::Runtime;
+use crate::shared::Shared;
 
 /// A page range `[start, start+pages)` of the arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

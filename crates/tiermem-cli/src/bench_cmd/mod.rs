@@ -19,13 +19,11 @@ use tiermem_core::{parse_size, CompressSettings, Config, FaultDelivery, PolicyKi
 use crate::bench_suite;
 use crate::compressed_args::CompressedArgs;
 
-mod device;
-mod output;
+pub(crate) mod device;
+pub(crate) mod output;
 
-pub(crate) use device::check_device;
-pub(crate) use output::{json_summary, progress_bar};
-
-use output::{print_human, print_json};
+use device::check_device;
+use output::{print_human, print_json, progress_bar};
 
 /// Working set of the pattern workload when `--working-set` is not given.
 const DEFAULT_WORKING_SET: &str = "1G";

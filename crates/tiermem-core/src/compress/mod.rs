@@ -55,7 +55,7 @@ impl CompressedTier {
         if !settings.is_on() {
             return Ok(None);
         }
-        let ram = crate::config::physical_ram_bytes();
+        let ram = crate::sys::physical_ram_bytes();
         Ok(Some(CompressedTier {
             settings,
             pool: Pool::new(ram, page_size)?,

@@ -3,8 +3,7 @@
 
 use std::str::FromStr;
 
-use crate::config::invalid;
-use crate::error::{Error, Result};
+use crate::error::{invalid, Error, Result};
 
 /// Codec of the compressed tier: `lz4` (the default) or `off`.
 pub const ENV_COMPRESS: &str = "TIERMEM_COMPRESS";

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use super::{count_if_wasted, Evictor, BATCH};
+use super::Evictor;
 use crate::compress::codec::{Encoded, Encoder};
 use crate::compress::pool::{Appended, Body, Pool};
 use crate::compress::CompressedTier;
-use crate::frames::FrameNo;
+use crate::frames::{FrameNo, BATCH};
 use crate::page_table::{Kind, PageNo, PageState};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::stats::Counters;
 
 /// After this many rejections in a row, only every [`SAMPLE_EVERY`]th page
@@ -127,7 +127,7 @@ impl<'a> Evictor<'a> {
             }
             (_, slot) => slot,
         };
-        count_if_wasted(rt, state);
+        rt.count_if_wasted(state);
         rt.table.finish(
             page,
             state
@@ -258,7 +258,7 @@ impl<'a> Evictor<'a> {
                 tier.push_front(std::iter::once((page, seq)));
                 break;
             };
-            crate::fault::decompress(rt, page, rt.frames.ptr(frame));
+            rt.decompress(page, rt.frames.ptr(frame));
             self.to_write.push((page, state, frame));
             self.pool.entries.push((page, seq));
         }

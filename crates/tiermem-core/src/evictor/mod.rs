@@ -28,22 +28,15 @@ mod move_first;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::frames::FrameNo;
+use crate::frames::{frame_is_zero, FrameNo, BATCH};
 use crate::io_config::IoEngine;
 use crate::page_table::{Kind, PageNo, PageState};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::store::{RingWriter, SlotWrite};
+use crate::store_errors::WRITE_RETRY;
 use crate::sys::mem::{Mapping, Zapper};
 use move_first::{Source, Staging};
-
-/// Pages per demotion or write batch.
-pub const BATCH: usize = 64;
-
-/// How long the evictor waits before it writes pages again after a failed
-/// write: long enough not to flood a failing device, short enough that
-/// one bad block costs the program little.
-pub(crate) const WRITE_RETRY: Duration = Duration::from_millis(100);
 
 pub(crate) fn evictor_loop(rt: &Shared) {
     keep_off_the_fault_path();
@@ -65,11 +58,9 @@ pub(crate) fn evictor_loop(rt: &Shared) {
 /// thread there is at times woken right away, preempting the faulting
 /// thread while it polls for its read: one batch (write-protect, copy, zap,
 /// submit) is about 150 µs of CPU, added to that miss (49 of 1,039 misses
-/// over 200 µs in a 2 s trace, 15 of 916 with a batch evictor;
-/// docs/notebook/benchmarks-random-access-passes.md, "Issue #4, eighth
-/// pass"). As a batch thread it waits for a slice instead, or runs on an
-/// idle CPU; the free-page watermarks hold far more than a slice's worth
-/// of faults.
+/// over 200 µs in a 2 s trace, 15 of 916 with a batch evictor). As a batch
+/// thread it waits for a slice instead, or runs on an idle CPU; the
+/// free-page watermarks hold far more than a slice's worth of faults.
 fn keep_off_the_fault_path() {
     if let Err(e) = crate::sys::thread::run_as_batch_if_default() {
         eprintln!("tiermem: the evictor stays a normal thread (SCHED_BATCH refused: {e})");
@@ -261,7 +252,7 @@ impl<'a> Evictor<'a> {
                     self.probation.push_back(d.page);
                 }
                 None => {
-                    count_if_wasted(rt, d.state);
+                    rt.count_if_wasted(d.state);
                     rt.table.finish(
                         d.page,
                         d.state
@@ -508,7 +499,7 @@ impl<'a> Evictor<'a> {
 
     fn drop_clean(&self, page: PageNo, state: PageState, frame: FrameNo) {
         let rt = self.rt;
-        count_if_wasted(rt, state);
+        rt.count_if_wasted(state);
         rt.table
             .finish(page, state.with_kind(Kind::Stored).with_prefetched(false));
         rt.frames.release(frame);
@@ -631,7 +622,7 @@ impl Evictor<'_> {
                 ));
             }
         }
-        if !take_fresh_slots(rt, self.written.len(), &mut self.slots) {
+        if !rt.take_fresh_slots(self.written.len(), &mut self.slots) {
             self.unprotect_written();
             return false;
         }
@@ -689,7 +680,7 @@ impl Evictor<'_> {
     /// write, so as not to flood a failing device.
     fn write_staged(&mut self) -> Result<(), Duration> {
         let rt = self.rt;
-        if !take_fresh_slots(rt, self.to_write.len(), &mut self.slots) {
+        if !rt.take_fresh_slots(self.to_write.len(), &mut self.slots) {
             return Err(Duration::from_millis(1));
         }
         self.writes.clear();
@@ -718,33 +709,6 @@ impl Evictor<'_> {
     }
 }
 
-/// Takes `n` fresh slots into `out`. Committed pages always find one within
-/// the backed part of the store, except in a forked child (whose own file
-/// starts empty) and while forked children keep freed slots parked: then
-/// the store grows. Returns false if it cannot grow while slots are parked
-/// (they come back as the children let them go, or end).
-pub(crate) fn take_fresh_slots(rt: &Shared, n: usize, out: &mut Vec<u64>) -> bool {
-    for attempt in 0..2 {
-        rt.slots().alloc(n, rt.store().backed_slots(), out);
-        if out.len() == n {
-            return true;
-        }
-        for &slot in out.iter() {
-            rt.slots().free(slot);
-        }
-        let want = rt.slots().in_use() + (n + BATCH) as u64;
-        if attempt == 0 && rt.store().ensure_backed(want).is_ok() {
-            continue;
-        }
-        if rt.slots().has_children() {
-            return false;
-        }
-    }
-    rt.fatal(
-        "the backing store is full: no slot left for dirty pages; give tiermem a larger --backing",
-    )
-}
-
 /// The evictor writes through its own io_uring when the fault path uses
 /// io_uring, and says so in the stats; otherwise, or where the ring cannot
 /// be set up, with the store's pwritev. A buffered store is always written
@@ -769,17 +733,4 @@ fn write_ring(rt: &Shared) -> Option<RingWriter> {
             None
         }
     }
-}
-
-/// A read-ahead page leaves DRAM without having been used.
-pub(crate) fn count_if_wasted(rt: &Shared, state: PageState) {
-    if state.is_prefetched() {
-        Counters::add(&rt.counters.prefetch_wasted, 1);
-    }
-}
-
-pub(crate) fn frame_is_zero(ptr: *const u8, len: usize) -> bool {
-    // SAFETY: `ptr` is a runtime frame of `len` bytes, 8-byte aligned.
-    let words = unsafe { std::slice::from_raw_parts(ptr as *const u64, len / 8) };
-    words.iter().all(|w| *w == 0)
 }

@@ -36,12 +36,11 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use crate::frames::BATCH;
 use crate::io_config::AsyncIo;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::sys::mem::{zap, Mapping};
 use crate::sys::uffd::MoveOut;
-
-use super::BATCH;
 
 /// Empty pages, registered with the userfaultfd, that dirty victims are
 /// moved to (`UFFDIO_MOVE` needs a registered, empty destination).

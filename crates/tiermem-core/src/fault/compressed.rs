@@ -5,10 +5,10 @@
 //! install. The page comes back as it went in: clean with its slot still
 //! valid and write-protected, or dirty and writable.
 
-use super::{finish_resident, install};
+use super::install::{finish_resident, install};
 use crate::organization::Inclusion;
 use crate::page_table::{PageNo, PageState};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::sys::now_ns;
 
@@ -24,7 +24,7 @@ pub(crate) fn install_compressed(
 ) {
     let frame = take_frame(rt);
     let buf = rt.frames.ptr(frame);
-    decompress(rt, page, buf);
+    rt.decompress(page, buf);
     let exclusive = rt.config.organization.inclusion == Inclusion::Exclusive;
     let dirty = state.is_dirty() || write || exclusive;
     stage_2_install(rt, page, buf, dirty);
@@ -44,35 +44,7 @@ fn take_frame(rt: &Shared) -> crate::frames::FrameNo {
         if let Some(frame) = rt.frames.alloc() {
             return frame;
         }
-        super::backoff();
-    }
-}
-
-/// Decompresses the object of `page`, which the caller owns, into the
-/// page-sized runtime buffer `buf`.
-pub(crate) fn decompress(rt: &Shared, page: PageNo, buf: *mut u8) {
-    let tier = rt.compressed_tier();
-    // SAFETY: the frame is ours and page-sized.
-    let out = unsafe { std::slice::from_raw_parts_mut(buf, rt.page_size) };
-    // SAFETY: the page is ours (`Loading`), so its object stays live.
-    let object = unsafe { tier.pool.object(rt.table.pool_handle(page)) };
-    if object.page != page {
-        rt.fatal(&format!(
-            "the compressed copy of page {page} names page {}",
-            object.page
-        ));
-    }
-    match object.body {
-        crate::compress::pool::Body::SameFilled(word) => {
-            crate::compress::codec::fill_same(out, word)
-        }
-        crate::compress::pool::Body::Lz4(bytes) => {
-            if !crate::compress::codec::decode_lz4(bytes, out) {
-                rt.fatal(&format!(
-                    "the compressed copy of page {page} does not decompress to a page"
-                ));
-            }
-        }
+        crate::sys::backoff();
     }
 }
 
@@ -100,25 +72,4 @@ fn stage_3_publish(rt: &Shared, page: PageNo, state: PageState, dirty: bool, wri
         PageState::FREE.with_dirty(dirty).with_slot(slot),
         write,
     );
-}
-
-impl Shared {
-    /// The compressed tier, which a page can only be in when it is on.
-    pub(crate) fn compressed_tier(&self) -> &crate::compress::CompressedTier {
-        match &self.compressed {
-            Some(tier) => tier,
-            None => self.fatal("a page is compressed but the compressed tier is off"),
-        }
-    }
-
-    /// Frees the compressed copy of a page the caller took out of
-    /// `Compressed` (by owning it, or by freeing it).
-    pub(crate) fn release_compressed(&self, page: PageNo) {
-        let tier = self.compressed_tier();
-        let handle = self.table.pool_handle(page);
-        // SAFETY: the page left `Compressed` through the caller, so its
-        // object is live until this release, and no one else frees it.
-        let size = unsafe { tier.pool.object(handle) }.size;
-        tier.pool.release(handle, size);
-    }
 }

@@ -4,11 +4,12 @@
 //! is dirty (write-back), which is exactly what makes such a cache's misses
 //! dearer after writes.
 
-use crate::evictor::{count_if_wasted, frame_is_zero, take_fresh_slots, WRITE_RETRY};
+use crate::frames::frame_is_zero;
 use crate::page_table::{Kind, PageNo, PageState};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::store::SlotWrite;
+use crate::store_errors::WRITE_RETRY;
 use crate::sys::mem::zap;
 
 /// Evicts `victim`, which the caller owns (`Evicting`; `state` is what it
@@ -61,7 +62,7 @@ pub(crate) fn evict_for_conflict(rt: &Shared, victim: PageNo, state: PageState) 
     } else {
         rt.frames.release(rt.table.frame(victim));
     }
-    count_if_wasted(rt, state);
+    rt.count_if_wasted(state);
     rt.table.finish(victim, after);
     rt.budget.uncharge(1);
     Counters::add(&rt.counters.conflict_evictions, 1);
@@ -83,7 +84,7 @@ fn drop_zero(rt: &Shared, victim: PageNo, state: PageState) -> PageState {
 /// Writes the victim's content to a fresh slot; frees its old one.
 fn write_out(rt: &Shared, victim: PageNo, src: *const u8, state: PageState) -> Option<u64> {
     let mut slots = Vec::with_capacity(1);
-    if !take_fresh_slots(rt, 1, &mut slots) {
+    if !rt.take_fresh_slots(1, &mut slots) {
         return None;
     }
     let slot = slots[0];

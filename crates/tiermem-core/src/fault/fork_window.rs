@@ -26,11 +26,13 @@
 //! When the pause ends, one wake over the whole arena sends them back to
 //! fault again, and the resumed handlers serve them as usual.
 
-use std::cell::Cell;
 use std::io;
 
-use super::{begin_fault, resolve_fault, Missing, FAULT_BATCH};
-use crate::runtime::Shared;
+use super::install::set_quiet_installs;
+use super::pread::read_and_install;
+use super::resolve::{begin_fault, resolve_fault, Missing};
+use super::FAULT_BATCH;
+use crate::shared::Shared;
 use crate::sys::mem::Mapping;
 use crate::sys::uffd::{message_buffer, Fault};
 
@@ -42,17 +44,6 @@ const BUSY_RETRY: std::time::Duration = std::time::Duration::from_micros(20);
 /// Retries after which a page still owned by another thread is reported
 /// (about five seconds): the fork cannot go on without it.
 const BUSY_REPORT_AFTER: u32 = 250_000;
-
-thread_local! {
-    /// Installs made by this thread leave the faulting thread asleep: the
-    /// fork window wakes it only once the page's state is final.
-    static QUIET_INSTALLS: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether an install on this thread may wake the faulting thread now.
-pub(crate) fn installs_wake() -> bool {
-    !QUIET_INSTALLS.with(Cell::get)
-}
 
 /// A fault handler's safe point during a fork: parks it, serving the
 /// forking thread's faults until the pause ends.
@@ -126,14 +117,14 @@ impl<'a> ForkWindow<'a> {
     /// Resolves one fault in full, then wakes the thread that took it.
     fn serve(&self, fault: &Fault) {
         let rt = self.rt;
-        QUIET_INSTALLS.with(|q| q.set(true));
+        set_quiet_installs(true);
         if let Some(page) = begin_fault(rt, fault) {
             let mut retries = 0u32;
             loop {
                 match resolve_fault(rt, page, fault) {
                     Missing::Resolved => break,
                     Missing::Read(read) => {
-                        super::sync::read_and_install(rt, &read, &self.io_buffer);
+                        read_and_install(rt, &read, &self.io_buffer);
                         break;
                     }
                     Missing::Busy => {
@@ -151,7 +142,7 @@ impl<'a> ForkWindow<'a> {
                 }
             }
         }
-        QUIET_INSTALLS.with(|q| q.set(false));
+        set_quiet_installs(false);
         let base = fault.address & !(rt.base_page - 1);
         rt.uffd.wake(base, rt.base_page);
     }

@@ -11,10 +11,10 @@
 //!
 //! tiermem never installs bytes it could not read or could not verify.
 
-use super::PageRead;
+use super::page_read::PageRead;
 use crate::config::FaultDelivery;
 use crate::page_table::{Kind, PageNo, PageState};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::store_errors::ReadFailure;
 

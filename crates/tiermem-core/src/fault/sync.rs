@@ -3,12 +3,13 @@
 
 use std::io;
 
-use super::{
-    begin_fault, claim_for_prefetch, finish_read, read_and_check, resolve_fault, Missing, PageRead,
-    FAULT_BATCH,
-};
+use super::fork_window::park_serving;
+use super::page_read::PageRead;
+use super::pread::read_and_install;
+use super::resolve::{begin_fault, claim_for_prefetch, resolve_fault, Missing};
+use super::FAULT_BATCH;
 use crate::page_table::PageNo;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::sys::mem::{wait_readable, Mapping, Wake};
 use crate::sys::uffd::message_buffer;
 
@@ -32,7 +33,7 @@ pub(crate) fn run(rt: &Shared) {
             Wake::Stop => break,
             Wake::Pause => {
                 if rt.pause.requested() {
-                    super::park_serving(rt);
+                    park_serving(rt);
                 }
                 continue;
             }
@@ -69,20 +70,6 @@ pub(crate) fn run(rt: &Shared) {
                 }
             }
         }
-    }
-}
-
-/// Reads a claimed page into the handler's buffer and installs it, unless
-/// the read failed for good ([`read_and_check`]).
-pub(super) fn read_and_install(rt: &Shared, read: &PageRead, io_buffer: &Mapping) {
-    let submitted = crate::sys::now_ns();
-    let good = read_and_check(rt, read, io_buffer.as_ptr());
-    if !read.prefetch {
-        rt.read_latency
-            .record(crate::sys::now_ns().saturating_sub(submitted));
-    }
-    if good {
-        finish_read(rt, read, io_buffer.as_ptr());
     }
 }
 

@@ -14,47 +14,31 @@
 //! pages go in writable and dirty, as a write fault would put them; one the
 //! program never writes is found all-zero at eviction and dropped unwritten.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
+use super::install::{finish_resident, install_pages};
 use crate::page_table::{Kind, PageNo, PageState};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::stats::Counters;
 
-/// The first window once a stream is seen, and the largest.
-const FIRST_WINDOW: u64 = 4;
-pub(crate) const MAX_WINDOW: u64 = 64;
-const WINDOW_BITS: u32 = 16;
-
-/// Where the zero-fill stream expects its next fault, and its window; one
-/// word for the whole runtime (a second stream elsewhere only resets it).
-pub(crate) struct ZeroStream(AtomicU64);
-
-impl ZeroStream {
-    pub(crate) fn new() -> ZeroStream {
-        ZeroStream(AtomicU64::new(u64::MAX))
-    }
-
-    /// A zero fill of `page`: how many pages after it to fill now (0: no
-    /// stream yet). Remembers where the stream goes next.
-    fn next_window(&self, page: PageNo) -> u64 {
-        let packed = self.0.load(Ordering::Relaxed);
-        let (expected, window) = (packed >> WINDOW_BITS, packed & ((1 << WINDOW_BITS) - 1));
-        let window = if page as u64 == expected {
-            (window * 2).clamp(FIRST_WINDOW, MAX_WINDOW)
-        } else {
-            0
-        };
-        let next = page as u64 + 1 + window;
-        self.0
-            .store(next << WINDOW_BITS | window, Ordering::Relaxed);
-        window
-    }
+/// First touch of a never-written page. Installed writable: it has no slot,
+/// so it counts as dirty until eviction finds it still all-zero. Under
+/// write-through a read installs it protected and clean instead, so that
+/// only pages really written are copied out (eviction finds it all-zero).
+///
+/// A fill that continues a run of first touches in order brings the pages
+/// after it in too, with the same call ([`claim_after`]).
+pub(super) fn install_zeros(rt: &Shared, page: PageNo, write: bool) {
+    let dirty = write || rt.written.is_none();
+    let ahead = if dirty { claim_after(rt, page) } else { 0 };
+    install_pages(rt, page, 1 + ahead, rt.zero_run.as_ptr(), !dirty, true);
+    Counters::add(&rt.counters.zero_fills, 1 + ahead as u64);
+    finish_resident(rt, page, PageState::FREE.with_dirty(dirty), false);
+    finish_after(rt, page, ahead);
 }
 
 /// At the demand zero fill of `page`, claims the stream's window after it:
 /// returns how many pages after `page` are claimed (`Loading`, charged), to
 /// be installed together with it and then passed to [`finish_after`].
-pub(crate) fn claim_after(rt: &Shared, page: PageNo) -> usize {
+fn claim_after(rt: &Shared, page: PageNo) -> usize {
     // Set-associative placement and write-through decide page by page what
     // a first touch costs; they keep one fault per page.
     if rt.sets.is_some() || rt.written.is_some() {
@@ -74,13 +58,13 @@ pub(crate) fn claim_after(rt: &Shared, page: PageNo) -> usize {
 }
 
 /// Publishes the `count` pages after `page` installed with it.
-pub(crate) fn finish_after(rt: &Shared, page: PageNo, count: usize) {
+fn finish_after(rt: &Shared, page: PageNo, count: usize) {
     if count == 0 {
         return;
     }
     Counters::add(&rt.counters.zero_fills_ahead, count as u64);
     for q in page + 1..=page + count as PageNo {
-        super::finish_resident(rt, q, PageState::FREE.with_dirty(true), false);
+        finish_resident(rt, q, PageState::FREE.with_dirty(true), false);
     }
 }
 
@@ -111,27 +95,4 @@ fn claim_untouched(rt: &Shared, page: PageNo) -> bool {
         return false;
     }
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_stream_is_seen_on_the_second_fault_and_its_window_doubles() {
-        let s = ZeroStream::new();
-        assert_eq!(s.next_window(10), 0);
-        assert_eq!(s.next_window(11), FIRST_WINDOW);
-        // The window filled 12..16; the program faults next at 16.
-        assert_eq!(s.next_window(16), 2 * FIRST_WINDOW);
-        let mut page = 16 + 1 + 2 * FIRST_WINDOW as PageNo;
-        let mut last = 0;
-        for _ in 0..10 {
-            last = s.next_window(page);
-            page += 1 + last as PageNo;
-        }
-        assert_eq!(last, MAX_WINDOW);
-        // A fault elsewhere ends the stream.
-        assert_eq!(s.next_window(5), 0);
-    }
 }

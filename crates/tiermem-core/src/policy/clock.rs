@@ -43,9 +43,9 @@ use crate::config::PolicyKind;
 use crate::page_table::{Kind, PageNo, PageTable};
 
 /// 64/256 = 1/4 of the budget. Under zipf(0.99), 2 GiB in 512 MiB, a
-/// quarter served 56-63K pages/s against 46-55K for an eighth, in rounds
-/// that alternated the two, with 0.6-0.8 points more hits; uniform access
-/// showed no difference (docs/notebook/2026-11-25-fork-window-suite-first-touch.md).
+/// quarter serves 56-63K pages/s against 46-55K for an eighth, in rounds
+/// that alternate the two, with 0.6-0.8 points more hits; uniform access
+/// shows no difference.
 const PROBATION_SHARE: u32 = 64;
 
 #[derive(Default)]
@@ -109,7 +109,7 @@ mod tests {
     use crate::page_table::PageState;
 
     fn resident(table: &PageTable, page: PageNo, referenced: bool) {
-        table.update(page, |s| {
+        table.update_unchecked(page, |s| {
             s.with_kind(Kind::Resident).with_referenced(referenced)
         });
     }
@@ -197,7 +197,7 @@ mod tests {
         clock.admit(&t, 1);
         resident(&t, 2, false);
         clock.admit(&t, 2);
-        t.update(1, |_| PageState::FREE.with_kind(Kind::Stored));
+        t.update_unchecked(1, |_| PageState::FREE.with_kind(Kind::Stored));
         let mut out = Vec::new();
         clock.pick_victims(&t, 2, &mut out);
         assert_eq!(out, [2]);

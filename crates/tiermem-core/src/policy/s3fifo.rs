@@ -216,7 +216,7 @@ mod tests {
     fn table_with_resident(n: u32) -> PageTable {
         let t = PageTable::new(n as u64).unwrap();
         for p in 0..n {
-            t.update(p, |s| s.with_kind(Kind::Resident));
+            t.update_unchecked(p, |s| s.with_kind(Kind::Resident));
         }
         t
     }
@@ -234,13 +234,13 @@ mod tests {
     /// The evictor's part: a victim leaves the resident set.
     fn evict(t: &PageTable, pages: &[PageNo]) {
         for &page in pages {
-            t.update(page, |s| s.with_kind(Kind::Stored));
+            t.update_unchecked(page, |s| s.with_kind(Kind::Stored));
         }
     }
 
     /// A fault's part: the page comes back, referenced if it was a rescue.
     fn fault_in(p: &S3Fifo, t: &PageTable, page: PageNo, referenced: bool) {
-        t.update(page, |s| {
+        t.update_unchecked(page, |s| {
             s.with_kind(Kind::Resident).with_referenced(referenced)
         });
         p.admit(t, page);

@@ -20,6 +20,18 @@ pub fn base_page_size() -> usize {
     }
 }
 
+/// Physical RAM of this machine, in bytes.
+pub fn physical_ram_bytes() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages.max(0) as u64).saturating_mul(page.max(0) as u64)
+}
+
 /// Monotonic nanoseconds, for latency measurement.
 #[inline]
 pub fn now_ns() -> u64 {
@@ -30,6 +42,13 @@ pub fn now_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Waits a moment for another thread to finish with something busy: a
+/// page it owns, a slot or a frame it is about to give back.
+pub fn backoff() {
+    std::hint::spin_loop();
+    std::thread::yield_now();
 }
 
 /// The calling thread's errno, as an `io::Error`.

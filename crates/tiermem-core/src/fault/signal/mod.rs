@@ -11,9 +11,8 @@
 //!
 //! Why: with handler threads a miss wakes two threads, the handler when the
 //! fault arrives and the faulting thread when its page is in, and on a VM
-//! each wake-up of a thread on another vCPU costs about 15 µs
-//! (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, third
-//! pass"). Here no other thread takes part.
+//! each wake-up of a thread on another vCPU costs about 15 µs. Here no
+//! other thread takes part.
 //!
 //! The price: the kernel's own accesses to tiered memory (a `read(2)` into
 //! it) fail with EFAULT instead of waiting, so this is opt-in and refused
@@ -31,40 +30,36 @@
 //!
 //! [`FaultDelivery::Signal`]: crate::config::FaultDelivery::Signal
 
-mod read_ahead;
-mod slots;
+pub(crate) mod read_ahead;
+pub(crate) mod slots;
 
 use std::io;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-pub(crate) use read_ahead::{ReadAheadRequests, Request};
-pub(crate) use slots::SignalSlots;
-
+use super::install::{finish_read, finish_read_ahead_run};
+use super::markers::{is_parked_read_ahead, prefetch_used};
+use super::page_read::PageRead;
+use super::read_error::{first_bad_page, settle, BadRead};
 use super::readahead::Window;
-use super::ring::{must_enter, PollClock};
-use super::{
-    backoff, begin_fault, claim_for_prefetch_if_free, finish_read, finish_read_ahead_run,
-    first_bad_page, is_parked_read_ahead, prefetch_used, resolve_fault, settle, BadRead, Missing,
-    PageRead,
-};
+use super::resolve::{begin_fault, claim_for_prefetch_if_free, resolve_fault, Missing};
+use super::uring::{must_enter, PollClock};
 use crate::error::{Error, Result};
 use crate::page_table::PageNo;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::store_errors::ReadFailure;
-use crate::sys::now_ns;
 use crate::sys::signal::{install_bus_handler, BusFault};
 use crate::sys::thread::CancellationHeld;
 use crate::sys::uffd::Fault;
+use crate::sys::{backoff, now_ns};
 use slots::Claimed;
 
 /// Longest a faulting thread polls for its reads before it sleeps. Longer
 /// than a handler's poll: the thread has nothing else to do, and a read
 /// slowed by write-back or by the host can take 200–500 µs, after which a
-/// sleeping thread still pays its wake-up
-/// (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, eighth
-/// pass"). Other threads still get the CPU: see [`cpus_to_spare`].
+/// sleeping thread still pays its wake-up. Other threads still get the
+/// CPU: see [`cpus_to_spare`].
 const POLL_NS: u64 = 1_000_000;
 
 /// How long a thread waiting for another thread's page spins before it
@@ -429,12 +424,11 @@ fn read_entry(rt: &Shared, buffer: *mut u8, reads: &[PageRead], i: usize) -> squ
 /// misses while every CPU polls sleeps, and all of them do, rather than
 /// queue behind the pollers. Two threads missing at once on two CPUs both
 /// poll: a thread waiting for the device leaves its CPU mostly idle, and
-/// polling there beats sleeping by about 12% in pages/s
-/// (docs/notebook/benchmarks-random-access-passes.md, "Issue #4, fifth
-/// pass"); the evictor still gets its turn, as the
-/// scheduler shares a CPU between a poller and a runnable thread, and a
-/// poll lasts at most `POLL_NS`. With a single CPU a poller would hold up the
-/// read-ahead thread and the evictor it may need, so it never polls.
+/// polling there beats sleeping by about 12% in pages/s; the evictor
+/// still gets its turn, as the scheduler shares a CPU between a poller and
+/// a runnable thread, and a poll lasts at most `POLL_NS`. With a single
+/// CPU a poller would hold up the read-ahead thread and the evictor it may
+/// need, so it never polls.
 fn cpus_to_spare(cpus: usize) -> bool {
     let faulting = FAULTING.load(Ordering::Relaxed);
     faulting < cpus || (cpus > 1 && faulting == cpus)

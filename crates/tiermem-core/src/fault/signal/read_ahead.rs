@@ -3,10 +3,9 @@
 //!
 //! A faulting thread that read a stream's window itself would wait for the
 //! whole window before its program went on, and the device would idle
-//! while the program consumed it: a scan got 42–46% of the device's
-//! bandwidth that way (docs/notebook/benchmarks-random-access-passes.md,
-//! "Issue #4, fourth pass"). So faulting threads only look for
-//! streams among their misses, which costs no I/O and no wake-up for
+//! while the program consumed it: a scan gets 42–46% of the device's
+//! bandwidth that way. So faulting threads only look for streams among
+//! their misses, which costs no I/O and no wake-up for
 //! random access, and hand each window a miss confirms to a read-ahead
 //! thread. That thread is an ordinary io_uring handler (`fault::ring`): it
 //! keeps windows in flight, installs them without waking anyone, and

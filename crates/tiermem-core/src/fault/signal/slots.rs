@@ -10,12 +10,12 @@ use io_uring::IoUring;
 use super::read_ahead::ReadAheadRequests;
 use crate::config::Config;
 use crate::error::Result;
-use crate::fault::backoff;
+use crate::fault::page_read::PageRead;
 use crate::fault::readahead::Window;
-use crate::fault::ring::cooperative_ring;
-use crate::fault::PageRead;
+use crate::fault::uring::cooperative_ring;
 use crate::io_config::IoEngine;
 use crate::page_table::PageNo;
+use crate::sys::backoff;
 use crate::sys::mem::Mapping;
 
 /// What a faulting thread reads pages with: a buffer of `pages_per_slot`

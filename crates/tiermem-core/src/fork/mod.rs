@@ -24,15 +24,19 @@
 //! `vfork`, `posix_spawn` and `system` share memory until exec and run no
 //! fork handlers: they stay cheap.
 
-use std::cell::UnsafeCell;
+pub(crate) mod cell;
+
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
 use crate::error::{Error, Result};
+use crate::fork::cell::{ForkCell, ForkLocks, InFlight};
+use crate::page_table::PageNo;
 use crate::ranges::RangeAllocator;
-use crate::runtime::{start_threads, Shared};
+use crate::shared::Shared;
 use crate::store::{FileStore, ForkedStore, HeldSlots, ParentHold, SlotAllocator, Store};
+use crate::threads::start_threads;
 
 /// Every running runtime, through the C API, the preload or the Rust API:
 /// the fork handlers serve them all.
@@ -40,64 +44,13 @@ static LIVE: Mutex<Vec<Arc<Shared>>> = Mutex::new(Vec::new());
 
 /// What the fork handlers hold from prepare until the fork is over on
 /// both sides: the registry, so that no runtime comes or goes meanwhile.
-static LIVE_HELD: ForkCell<Option<MutexGuard<'static, Vec<Arc<Shared>>>>> =
-    ForkCell(UnsafeCell::new(None));
+static LIVE_HELD: ForkCell<Option<MutexGuard<'static, Vec<Arc<Shared>>>>> = ForkCell::new(None);
 
 /// How the handlers run: set by a host (the preload) that must mark the
 /// forking thread as inside tiermem while they do.
 static WRAPPER: OnceLock<fn(&mut dyn FnMut())> = OnceLock::new();
 
 static INSTALLED: Once = Once::new();
-
-/// State only the forking thread touches, between the prepare handler and
-/// the parent's or child's. Forks are serialised by `LIVE`'s lock, which
-/// `prepare_all` takes and `parent_all`/`child_all` release (glibc drops
-/// its own atfork lock around each handler call).
-pub(crate) struct ForkCell<T>(UnsafeCell<T>);
-// SAFETY: see above; every access happens under `LIVE`'s lock, on the
-// thread that holds it.
-unsafe impl<T> Sync for ForkCell<T> {}
-// SAFETY: the contents (lock guards among them) are put and taken by the
-// forking thread alone, so a guard is released by the thread that took
-// its lock (in the child, that thread's only copy); no other thread ever
-// reaches them, whichever thread owns the runtime.
-unsafe impl<T> Send for ForkCell<T> {}
-
-impl<T: Default> ForkCell<T> {
-    pub(crate) fn empty() -> ForkCell<T> {
-        ForkCell(UnsafeCell::new(T::default()))
-    }
-
-    /// # Safety
-    /// Only on the forking thread, inside the fork handlers.
-    unsafe fn put(&self, value: T) {
-        *self.0.get() = value;
-    }
-
-    /// # Safety
-    /// As for `put`.
-    unsafe fn take(&self) -> T {
-        std::mem::take(&mut *self.0.get())
-    }
-}
-
-/// What `prepare` holds for one runtime until the fork is over.
-#[derive(Default)]
-pub(crate) struct InFlight {
-    locks: Option<ForkLocks>,
-    lease: Option<(OwnedFd, OwnedFd)>,
-    /// The slots the child may read of ours, shared with it.
-    held: Option<Arc<HeldSlots>>,
-}
-
-/// The locks program threads may hold, taken so that the child's copies
-/// are whole and unlocked. `'static` because the runtime outlives them: it
-/// stays in `LIVE`, whose lock is held for as long.
-struct ForkLocks {
-    _ranges: MutexGuard<'static, RangeAllocator>,
-    _lazy: MutexGuard<'static, RangeAllocator>,
-    _locked: MutexGuard<'static, Vec<std::ops::Range<crate::page_table::PageNo>>>,
-}
 
 /// Serves `shared` in forked children from now on (the handlers are
 /// registered with pthread_atfork the first time).
@@ -211,8 +164,8 @@ impl Shared {
                     MutexGuard<'static, RangeAllocator>,
                 >(lazy),
                 _locked: std::mem::transmute::<
-                    MutexGuard<'_, Vec<std::ops::Range<crate::page_table::PageNo>>>,
-                    MutexGuard<'static, Vec<std::ops::Range<crate::page_table::PageNo>>>,
+                    MutexGuard<'_, Vec<std::ops::Range<PageNo>>>,
+                    MutexGuard<'static, Vec<std::ops::Range<PageNo>>>,
                 >(locked),
             }
         };

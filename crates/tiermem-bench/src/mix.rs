@@ -1,0 +1,11 @@
+//! The mixer page contents are drawn from: the same page and word always
+//! give the same bytes, so verification can recompute what was written.
+
+/// A bijective mixer: distinct inputs give distinct, uniform-looking words.
+#[inline]
+pub(crate) fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

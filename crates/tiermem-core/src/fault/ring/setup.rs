@@ -1,0 +1,70 @@
+//! The ring and its read buffers: how big, and how the ring is set up for
+//! the configured polling mode.
+
+use io_uring::IoUring;
+
+use crate::fault::readahead::max_window_pages;
+use crate::fault::uring::cooperative_ring;
+use crate::io_config::PollMode;
+use crate::shared::Shared;
+
+/// Bytes of read buffer per handler, beyond one page per queue slot.
+const BUFFER_BYTES: usize = 4 << 20;
+
+/// Page-sized read buffers per ring handler: one per queue slot, and room
+/// for a couple of read-ahead windows.
+pub(super) fn buffer_pages(rt: &Shared) -> usize {
+    let max_window = max_window_pages(rt.page_size) as usize;
+    (rt.config.io.depth as usize).max((BUFFER_BYTES / rt.page_size).min(2 * max_window))
+}
+
+/// Bytes of read buffers a ring handler holds (outside the DRAM budget).
+pub(crate) fn buffer_bytes(rt: &Shared) -> u64 {
+    (buffer_pages(rt) * rt.page_size) as u64
+}
+
+/// The ring, its engine's name, and whether it flags waiting task work.
+/// Without SQPOLL it is set up with `IORING_SETUP_COOP_TASKRUN |
+/// IORING_SETUP_TASKRUN_FLAG` where the kernel has them (5.19): a read that
+/// completes while the handler polls then costs no IPI from the interrupt
+/// CPU, and the handler enters the kernel when the flag says so.
+pub(super) fn build_ring(
+    rt: &Shared,
+    entries: u32,
+) -> Result<(IoUring, &'static str, bool), String> {
+    let poll = rt.config.io.poll;
+    if matches!(poll, PollMode::Iopoll | PollMode::Hybrid) {
+        note_no_device_polling(rt, poll);
+    }
+    if poll == PollMode::Sqpoll {
+        match crate::pins::own_ring(|| IoUring::builder().setup_sqpoll(50).build(entries)) {
+            Ok(ring) => return Ok((ring, "io_uring+sqpoll", false)),
+            Err(e) => eprintln!(
+                "tiermem: IORING_SETUP_SQPOLL refused ({e}); using interrupt-driven io_uring"
+            ),
+        }
+    }
+    cooperative_ring(entries)
+        .map(|(ring, taskrun_flag)| (ring, "io_uring", taskrun_flag))
+        .map_err(|e| format!("io_uring_setup: {e}"))
+}
+
+/// IOPOLL and hybrid polling take completions from the device's poll
+/// queues, and a ring set up for them can carry nothing else (no polls on
+/// the userfaultfd). Say once why page reads use interrupt-driven
+/// completions instead; the handler still polls its ring for a completion
+/// for up to `POLL_NS` while a thread waits for one of its reads.
+fn note_no_device_polling(rt: &Shared, poll: PollMode) {
+    static NOTED: std::sync::Once = std::sync::Once::new();
+    let (fd, _) = rt.store().read_target(0);
+    let why = match crate::sys::device::has_poll_queues(fd) {
+        Err(why) => why,
+        Ok(()) => "polled page reads need a ring of their own beside the one that watches the userfaultfd, which tiermem does not have yet".to_string(),
+    };
+    NOTED.call_once(|| {
+        eprintln!(
+            "tiermem: TIERMEM_IO_POLL={}: {why}; page reads use interrupt-driven completions",
+            poll.name()
+        )
+    });
+}
