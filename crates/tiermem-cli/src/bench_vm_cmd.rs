@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
 use tiermem_bench::result::Mode;
+use tiermem_bench::vm::guest::Order;
 use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 
 /// Virtual machines by class of memory: Gold, Silver and Bronze guests
@@ -27,7 +28,12 @@ use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 /// One guest runs at a time, the mode order alternating from class to
 /// class. Inside the guest the walker stamps --walker-mem of memory, then
 /// on each checking pass visits every page in a scrambled order, checks
-/// all 4096 bytes against what it wrote and stamps it again.
+/// all 4096 bytes against what it wrote and stamps it again. --order
+/// shuffle (the default) gives each pass an order of its own, so a page's
+/// next visit comes at a random distance, as in uniform random access;
+/// --order loop repeats one order every pass, a loop over memory larger
+/// than the cache, where a page comes back exactly one pass later (the
+/// worst case for a CLOCK policy).
 ///
 /// The table gives per class and mode: boot time (QEMU started to walker
 /// ready), pages/s over the checking passes, the walker's p50 and p99 time
@@ -53,6 +59,7 @@ use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 ///   tiermem bench-vm                              (1 GiB guests, all classes)
 ///   tiermem bench-vm --guest-mem 512M --classes bronze --modes tiermem
 ///   tiermem bench-vm --accel tcg --json > vm.json
+///   tiermem bench-vm --order loop
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct BenchVmArgs {
@@ -66,6 +73,10 @@ pub struct BenchVmArgs {
     /// Checking passes after the stamping pass.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
     passes: u32,
+    /// The walker's order of visits: shuffle (a new order each pass) or
+    /// loop (the same order every pass).
+    #[arg(long, value_enum, default_value = "shuffle")]
+    order: OrderArg,
     /// Comma-separated classes, in the order run: gold, silver, bronze.
     #[arg(long, value_delimiter = ',', default_value = "gold,silver,bronze")]
     classes: Vec<String>,
@@ -93,6 +104,12 @@ pub struct BenchVmArgs {
     /// Print the results as JSON on stdout instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OrderArg {
+    Shuffle,
+    Loop,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -129,6 +146,10 @@ pub fn run(args: &BenchVmArgs) -> anyhow::Result<i32> {
         guest_mem,
         walker_mem,
         passes: args.passes,
+        order: match args.order {
+            OrderArg::Shuffle => Order::Shuffle,
+            OrderArg::Loop => Order::Loop,
+        },
         classes,
         modes: args.modes.clone(),
         accel: match args.accel {

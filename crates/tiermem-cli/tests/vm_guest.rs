@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tiermem_bench::vm::guest::{self, Accel, Event, GuestSpec};
+use tiermem_bench::vm::guest::{self, Accel, Event, GuestSpec, Order};
 use tiermem_bench::vm::initramfs::GuestImage;
 
 #[path = "../../../tests/support/libtiermem.rs"]
@@ -118,6 +118,7 @@ fn a_qemu_guest_runs_tiered_within_budget_and_every_page_survives() {
         mem_bytes: 512 * MIB,
         walker_bytes: 256 * MIB,
         passes: 3,
+        order: Order::Shuffle,
         accel,
     };
     let qemu_cmd = guest::qemu_command(qemu, &image, &spec);

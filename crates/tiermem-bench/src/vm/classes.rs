@@ -6,151 +6,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use serde::Serialize;
 
 use super::guest::{self, Accel, Event, GuestRun, GuestSpec};
 use super::initramfs::GuestImage;
+use super::outcome::{ClassRun, LiveChange, Outcome};
+use super::plan::{AccelChoice, Class, Settings};
 use super::report;
-use crate::kernel_swap::{self, CgroupStats, SandboxSpec, SwapSandbox};
+use crate::kernel_swap::{self, SandboxSpec, SwapSandbox};
 use crate::result::Mode;
-
-/// A class of service: the share of guest RAM kept in DRAM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Class {
-    /// All of guest RAM in DRAM.
-    Gold,
-    /// Half.
-    Silver,
-    /// A quarter.
-    Bronze,
-}
-
-impl Class {
-    /// Every class, in the order they run.
-    pub const ALL: [Class; 3] = [Class::Gold, Class::Silver, Class::Bronze];
-
-    /// The class's name on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Class::Gold => "gold",
-            Class::Silver => "silver",
-            Class::Bronze => "bronze",
-        }
-    }
-
-    /// The DRAM budget of a guest with `guest_mem` bytes of RAM.
-    pub fn budget(self, guest_mem: u64) -> u64 {
-        match self {
-            Class::Gold => guest_mem,
-            Class::Silver => guest_mem / 2,
-            Class::Bronze => guest_mem / 4,
-        }
-    }
-
-    /// The class named `name`.
-    pub fn parse(name: &str) -> Result<Class, String> {
-        Class::ALL
-            .into_iter()
-            .find(|c| c.name() == name)
-            .ok_or_else(|| format!("unknown class `{name}` (expected gold, silver or bronze)"))
-    }
-}
-
-/// Which accelerator to use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccelChoice {
-    /// KVM if a probe guest boots with it, else TCG.
-    Auto,
-    /// KVM, or fail.
-    Kvm,
-    /// TCG.
-    Tcg,
-}
-
-/// What `tiermem bench-vm` runs.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Guest RAM of every guest.
-    pub guest_mem: u64,
-    /// Memory the in-guest walker owns.
-    pub walker_mem: u64,
-    /// Checking passes after the stamping one.
-    pub passes: u32,
-    /// Classes, in order.
-    pub classes: Vec<Class>,
-    /// `Mode::Tiermem` and/or `Mode::KernelSwap`.
-    pub modes: Vec<Mode>,
-    /// KVM, TCG or the first that works.
-    pub accel: AccelChoice,
-    /// The guest kernel (default: the newest /boot/vmlinuz-*).
-    pub kernel: Option<PathBuf>,
-    /// The QEMU binary.
-    pub qemu: PathBuf,
-    /// Backing store directory (tiermem's file, kernel swap's swapfile).
-    pub backing: PathBuf,
-    /// libtiermem.so, for tiermem mode.
-    pub library: Option<PathBuf>,
-    /// The tiermem binary, whose `ctl` changes a class live.
-    pub tiermem: PathBuf,
-    /// Also run the live Bronze → Gold change.
-    pub live_change: bool,
-    /// Longest a guest may run.
-    pub timeout: Duration,
-    /// JSON on stdout instead of the table.
-    pub json: bool,
-}
-
-/// One guest of one class under one mode.
-#[derive(Debug, Serialize)]
-pub struct ClassRun {
-    /// The class.
-    pub class: Class,
-    /// `tiermem` or `kernel-swap`.
-    pub mode: &'static str,
-    /// DRAM budget (cgroup limit under kernel swap).
-    pub budget_bytes: u64,
-    /// How the guest ran; `None` when it could not start.
-    pub guest: Option<GuestRun>,
-    /// Why it could not start or failed.
-    pub error: Option<String>,
-    /// tiermem's statistics at exit (tiermem mode).
-    pub tiermem_stats: Option<serde_json::Value>,
-    /// The cgroup's counters at the end (kernel-swap mode).
-    pub cgroup: Option<CgroupStats>,
-}
-
-/// The live change of a Bronze guest to Gold.
-#[derive(Debug, Default, Serialize)]
-pub struct LiveChange {
-    /// The guest, which ran a pass as Bronze, then the rest as Gold.
-    pub guest: Option<GuestRun>,
-    /// `tiermem ctl PID budget` from start to its reply, ms.
-    pub ctl_ms: Option<f64>,
-    /// From the start of `tiermem ctl` until the process reported the Gold
-    /// budget, ms.
-    pub budget_in_effect_ms: Option<f64>,
-    /// From the start of `tiermem ctl` until page-outs stopped (no page-out
-    /// for 200 ms), ms.
-    pub evictions_stopped_ms: Option<f64>,
-    /// Why it failed, if it did.
-    pub error: Option<String>,
-}
-
-/// Everything one run measured.
-#[derive(Debug, Serialize)]
-pub struct Outcome {
-    /// The guests' settings.
-    pub spec: GuestSpec,
-    /// The guest kernel.
-    pub kernel: PathBuf,
-    /// Why this accelerator.
-    pub accel_note: String,
-    /// Every class under every mode, in the order run.
-    pub runs: Vec<ClassRun>,
-    /// The live change, when asked for.
-    pub live_change: Option<LiveChange>,
-}
 
 /// Exit status when a guest found a wrong byte or did not finish.
 const EXIT_DATA_LOSS: i32 = 3;
@@ -170,6 +33,7 @@ pub fn run(settings: Settings) -> anyhow::Result<i32> {
         mem_bytes: settings.guest_mem,
         walker_bytes: settings.walker_mem,
         passes: settings.passes,
+        order: settings.order,
         accel,
     };
     let mut runs = Vec::new();

@@ -36,6 +36,28 @@ impl Accel {
     }
 }
 
+/// The order in which the walker visits pages on each checking pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// A scrambled order of its own on each pass: the distance between two
+    /// visits of a page is random, as in uniform random access.
+    Shuffle,
+    /// The same scrambled order on every pass: a loop over memory larger
+    /// than the cache, each page back exactly one pass later.
+    Loop,
+}
+
+impl Order {
+    /// The name the walker and `--order` take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Shuffle => "shuffle",
+            Order::Loop => "loop",
+        }
+    }
+}
+
 /// What to boot.
 #[derive(Clone, Debug, Serialize)]
 pub struct GuestSpec {
@@ -45,6 +67,8 @@ pub struct GuestSpec {
     pub walker_bytes: u64,
     /// Verifying passes after the stamping one.
     pub passes: u32,
+    /// The walker's order of visits.
+    pub order: Order,
     /// KVM or TCG.
     pub accel: Accel,
 }
@@ -64,9 +88,10 @@ pub fn qemu_command(qemu: &Path, image: &GuestImage, spec: &GuestSpec) -> Comman
         .arg(&image.initramfs)
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 quiet panic=-1 tm_mib={} tm_passes={}",
+            "console=ttyS0 quiet panic=-1 tm_mib={} tm_passes={} tm_order={}",
             spec.walker_bytes >> 20,
-            spec.passes
+            spec.passes,
+            spec.order.name()
         ));
     cmd
 }
@@ -90,6 +115,7 @@ pub fn kvm_boots(
         mem_bytes: 256 << 20,
         walker_bytes: 1 << 20,
         passes: 0,
+        order: Order::Shuffle,
         accel: Accel::Kvm,
     };
     let run = run(qemu_command(qemu, image, &probe), within, |_, _| {})?;

@@ -20,7 +20,7 @@ const WALKER_SOURCE: &str = include_str!("walker.c");
 const INIT_SCRIPT: &str = "#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
 echo \"guest: booted $(/bin/busybox cut -d' ' -f1 /proc/uptime)\"
-/walker \"${tm_mib:-64}\" \"${tm_passes:-1}\"
+/walker \"${tm_mib:-64}\" \"${tm_passes:-1}\" \"${tm_order:-shuffle}\"
 echo \"guest: walker exit $?\"
 /bin/busybox poweroff -f
 ";

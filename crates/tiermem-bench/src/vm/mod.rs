@@ -7,16 +7,23 @@
 //! to the same DRAM, a swapfile on the same filesystem), one guest at a
 //! time, the mode order alternating from class to class. Inside each
 //! guest a static walker (`walker.c`) stamps its memory and checks every
-//! byte of every page on every pass.
+//! byte of every page on every pass, in a new order each pass (`shuffle`)
+//! or the same order every pass (`loop`).
 //!
 //! - [`initramfs`]: the kernel and the initramfs, built at run time;
 //! - [`guest`]: one QEMU run, its console and its resident memory;
-//! - [`classes`]: the classes, the modes and the live class change;
+//! - [`plan`]: the classes, the accelerator and the settings;
+//! - [`classes`]: the run of each class under each mode, and the live
+//!   class change;
+//! - [`outcome`]: what was measured;
 //! - [`report`]: the table, the targets and the JSON.
 
 mod classes;
 pub mod guest;
 pub mod initramfs;
+mod outcome;
+mod plan;
 mod report;
 
-pub use classes::{run, AccelChoice, Class, Settings};
+pub use classes::run;
+pub use plan::{AccelChoice, Class, Settings};

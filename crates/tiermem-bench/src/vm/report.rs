@@ -4,8 +4,9 @@
 
 use serde_json::json;
 
-use super::classes::{Class, ClassRun, LiveChange, Outcome, Settings};
 use super::guest::GuestRun;
+use super::outcome::{ClassRun, LiveChange, Outcome};
+use super::plan::{Class, Settings};
 use crate::report::human_bytes;
 
 /// The most QEMU may have resident above its budget.
@@ -50,10 +51,11 @@ pub(super) fn print(s: &Settings, o: &Outcome) -> anyhow::Result<()> {
 
 fn table(s: &Settings, o: &Outcome) -> String {
     let mut t = format!(
-        "guests: {} of RAM, walker {} with {} checking pass(es), {} ({}), kernel {}\n\n",
+        "guests: {} of RAM, walker {} with {} checking pass(es) in {} order, {} ({}), kernel {}\n\n",
         human_bytes(s.guest_mem),
         human_bytes(s.walker_mem),
         s.passes,
+        s.order.name(),
         o.spec.accel.name(),
         o.accel_note,
         o.kernel.display()

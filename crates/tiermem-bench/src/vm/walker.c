@@ -3,13 +3,17 @@
  * as a static program inside a busybox initramfs, owns a block of guest
  * memory, and checks every byte of every page it wrote.
  *
- * Usage: walker MIB PASSES
+ * Usage: walker MIB PASSES [shuffle|loop]
  *
  * Pass 0 stamps every page with words derived from (page, generation).
- * Each later pass visits the pages in a scrambled order, checks all 4096
- * bytes of a page against the stamp it last wrote, then stamps it with the
- * next generation. The guest's memory is far larger than the host budget,
- * so these reads and writes reach the host's tiers.
+ * Each later pass visits every page once in a scrambled order, checks all
+ * 4096 bytes of a page against the stamp it last wrote, then stamps it
+ * with the next generation. With `shuffle` (the default) each pass has an
+ * order of its own, so the distance between two visits of a page is
+ * random, as in uniform random access; with `loop` every pass repeats the
+ * same order, a loop over memory larger than the cache, in which a page
+ * comes back exactly one pass later. The guest's memory is far larger
+ * than the host budget, so these reads and writes reach the host's tiers.
  *
  * Every line it prints starts with "walker:" and is parsed by the host:
  *   walker: ready
@@ -97,10 +101,11 @@ static uint64_t percentile(const uint64_t *hist, uint64_t total, double q)
     return bucket_upper(BUCKETS - 1);
 }
 
-/* An odd stride coprime with n visits every page once per pass. */
-static uint64_t coprime_stride(uint64_t n)
+/* A stride coprime with n, starting the search at `from`, visits every
+ * page once per pass. */
+static uint64_t coprime_stride(uint64_t n, uint64_t from)
 {
-    uint64_t s = (n * 618034u) / 1000000u | 1;
+    uint64_t s = from % n | 1;
     for (;; s += 2) {
         uint64_t a = s, b = n;
         while (b) {
@@ -115,8 +120,8 @@ static uint64_t coprime_stride(uint64_t n)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: walker MIB PASSES\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: walker MIB PASSES [loop|shuffle]\n");
         return 2;
     }
     uint64_t mib = strtoull(argv[1], 0, 10), passes = strtoull(argv[2], 0, 10);
@@ -133,11 +138,18 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, 0, _IOLBF, 0);
     printf("walker: ready\n");
-    uint64_t stride = coprime_stride(pages), checked = 0;
+    int shuffle = argc < 4 || strcmp(argv[3], "loop") != 0;
+    uint64_t stride = coprime_stride(pages, pages * 618034u / 1000000u), checked = 0;
+    uint64_t seed = 0x2545f4914f6cdd1dull;
     static uint64_t hist[BUCKETS];
     for (uint64_t pass = 0; pass <= passes; pass++) {
         memset(hist, 0, sizeof hist);
         uint64_t start = now_ns(), pass_errors = errors, page = 0;
+        if (shuffle && pass > 0) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            stride = coprime_stride(pages, seed >> 20);
+            page = (seed >> 7) % pages;
+        }
         for (uint64_t i = 0; i < pages; i++) {
             page = pass == 0 ? i : (page + stride) % pages;
             uint64_t *p = (uint64_t *)(mem + page * PAGE);
