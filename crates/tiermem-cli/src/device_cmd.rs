@@ -142,29 +142,17 @@ fn parse_engine_list(s: &str) -> Result<EngineList, String> {
     parse_engines(s).map(EngineList).map_err(|e| e.to_string())
 }
 
-/// `256M`, `1G`, `4GiB`, `1.5g`, `65536` → bytes (binary units).
+/// `256M`, `1G`, `4GiB`, `1.5g`, `65536` → bytes, by the rules every size
+/// in tiermem follows ([`tiermem_core::parse_size`]); a share of RAM means
+/// nothing for a test file.
 fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("unknown size unit {other:?} (use K, M, G or T)")),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {s:?} (examples: 256M, 1G, 4GiB)"))?;
-    let bytes = v * mult as f64;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 / 2.0 {
-        return Err(format!("size {s:?} out of range"));
+    match tiermem_core::parse_size("--size", s).map_err(|e| e.to_string())? {
+        tiermem_core::SizeSpec::Bytes(0) => Err(format!("--size {s:?} must be more than 0")),
+        tiermem_core::SizeSpec::Bytes(bytes) => Ok(bytes),
+        tiermem_core::SizeSpec::PercentOfRam(_) => Err(format!(
+            "--size {s:?}: a test file takes bytes (256M, 1G), not a share of RAM"
+        )),
     }
-    Ok(bytes as u64)
 }
 
 /// `3`, `0.5`, `3s`, `500ms` → duration.
@@ -306,6 +294,7 @@ mod tests {
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("M").is_err());
         assert!(parse_size("0").is_err());
+        assert!(parse_size("25%").is_err());
     }
 
     #[test]
