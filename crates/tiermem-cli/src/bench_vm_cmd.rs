@@ -35,10 +35,13 @@ use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 /// than the cache, where a page comes back exactly one pass later (the
 /// worst case for a CLOCK policy).
 ///
-/// The table gives per class and mode: boot time (QEMU started to walker
-/// ready), pages/s over the checking passes, the walker's p50 and p99 time
-/// per page, QEMU's peak resident memory, the ratio to kernel swap, pages
-/// checked and wrong words. With --live-change (the default), a Bronze
+/// The table names tiermem's policy, compression and I/O engine (TIERMEM_*
+/// variables in the environment reach QEMU's tiermem: TIERMEM_POLICY=s3fifo
+/// tiermem bench-vm, say), then gives per class and mode: boot time (QEMU
+/// started to walker ready), pages/s over the checking passes, the walker's
+/// p50 and p99 time per page, QEMU's peak resident memory, the ratio to
+/// kernel swap, pages read from the device (tiermem's page-ins, the
+/// cgroup's major faults), pages checked and wrong words. With --live-change (the default), a Bronze
 /// guest under tiermem is made Gold with `tiermem ctl PID budget` after
 /// its first checking pass, and the time until the new budget is in
 /// effect and page-outs stop is reported. Then each target is checked:

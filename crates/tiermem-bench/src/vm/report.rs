@@ -60,8 +60,11 @@ fn table(s: &Settings, o: &Outcome) -> String {
         o.accel_note,
         o.kernel.display()
     );
+    if let Some(line) = tiermem_settings(o) {
+        t += &line;
+    }
     t += &format!(
-        "{:<7} {:>10} {:<12} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>9} {:>7}\n",
+        "{:<7} {:>10} {:<12} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>9} {:>9} {:>7}\n",
         "class",
         "DRAM",
         "mode",
@@ -71,6 +74,7 @@ fn table(s: &Settings, o: &Outcome) -> String {
         "p99",
         "peak RSS",
         "vs ks",
+        "dev reads",
         "checked",
         "wrong"
     );
@@ -101,7 +105,7 @@ fn row(r: &ClassRun, ratio: Option<f64>) -> String {
     let p50 = checking.clone().map(|p| p.p50_ns).max().unwrap_or(0);
     let p99 = checking.map(|p| p.p99_ns).max().unwrap_or(0);
     format!(
-        "{:<7} {:>10} {:<12} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>9} {:>7}\n",
+        "{:<7} {:>10} {:<12} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>9} {:>9} {:>7}\n",
         r.class.name(),
         human_bytes(r.budget_bytes),
         r.mode,
@@ -112,9 +116,34 @@ fn row(r: &ClassRun, ratio: Option<f64>) -> String {
         format!("{:.1}us", p99 as f64 / 1e3),
         human_bytes(g.peak_rss_bytes),
         ratio.map_or("-".into(), |x| format!("{x:.2}x")),
+        device_reads(r).map_or("-".into(), |n| n.to_string()),
         g.pages_checked,
         g.errors.map_or("?".into(), |e| e.to_string()),
     )
+}
+
+/// Pages read from the device: tiermem's page-ins, or the cgroup's major
+/// faults under kernel swap. Where the two modes differ in pages/s, this
+/// says whether the cause is how many pages were read or what each cost.
+fn device_reads(r: &ClassRun) -> Option<u64> {
+    match &r.tiermem_stats {
+        Some(stats) => stats["stats"]["page_ins"].as_u64(),
+        None => r.cgroup.as_ref().map(|c| c.pgmajfault),
+    }
+}
+
+/// tiermem's policy, compression and I/O engine, from a tiermem run's
+/// statistics: settings taken from the environment (`TIERMEM_POLICY`, say)
+/// change the figures, so the table says which were in force.
+fn tiermem_settings(o: &Outcome) -> Option<String> {
+    let stats = o.runs.iter().find_map(|r| r.tiermem_stats.as_ref())?;
+    let s = &stats["stats"];
+    Some(format!(
+        "tiermem: policy {}, compression {}, page reads {}\n",
+        s["policy"].as_str().unwrap_or("?"),
+        s["compression"].as_str().unwrap_or("?"),
+        s["io_engine"].as_str().unwrap_or("?"),
+    ))
 }
 
 fn live_text(l: &LiveChange) -> String {
@@ -245,5 +274,89 @@ fn verdict(met: bool) -> &'static str {
     match met {
         true => "met",
         false => "MISSED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel_swap::CgroupStats;
+    use crate::vm::guest::{Accel, GuestSpec, Order, Pass};
+
+    fn guest(pages_per_second: f64) -> GuestRun {
+        GuestRun {
+            passes: vec![Pass {
+                index: 1,
+                pages: pages_per_second as u64,
+                seconds: 1.0,
+                ..Pass::default()
+            }],
+            errors: Some(0),
+            clean_exit: true,
+            ..GuestRun::default()
+        }
+    }
+
+    fn outcome() -> Outcome {
+        let tiermem = ClassRun {
+            class: Class::Silver,
+            mode: "tiermem",
+            budget_bytes: 512 << 20,
+            guest: Some(guest(900.0)),
+            error: None,
+            tiermem_stats: Some(json!({"stats": {"page_ins": 300, "policy": "clock",
+                "compression": "lz4", "io_engine": "io_uring"}})),
+            cgroup: None,
+        };
+        let kernel_swap = ClassRun {
+            class: Class::Silver,
+            mode: "kernel-swap",
+            budget_bytes: 512 << 20,
+            guest: Some(guest(1000.0)),
+            error: None,
+            tiermem_stats: None,
+            cgroup: Some(CgroupStats {
+                pgmajfault: 200,
+                ..CgroupStats::default()
+            }),
+        };
+        Outcome {
+            spec: GuestSpec {
+                mem_bytes: 1 << 30,
+                walker_bytes: 768 << 20,
+                passes: 1,
+                order: Order::Shuffle,
+                accel: Accel::Tcg,
+            },
+            kernel: "/boot/vmlinuz".into(),
+            accel_note: "asked for".into(),
+            runs: vec![tiermem, kernel_swap],
+            live_change: None,
+        }
+    }
+
+    #[test]
+    fn device_reads_come_from_each_modes_own_counter() {
+        let o = outcome();
+        assert_eq!(device_reads(&o.runs[0]), Some(300));
+        assert_eq!(device_reads(&o.runs[1]), Some(200));
+        assert_eq!(
+            tiermem_settings(&o).as_deref(),
+            Some("tiermem: policy clock, compression lz4, page reads io_uring\n")
+        );
+    }
+
+    #[test]
+    fn silver_below_kernel_swap_is_a_missed_target() {
+        let o = outcome();
+        let ratio = ratio_of(&o, &o.runs[0]).expect("a ratio on tiermem's row");
+        assert!((ratio - 0.9).abs() < 1e-9, "{ratio}");
+        let targets = targets(&o);
+        let silver = targets
+            .iter()
+            .find(|(what, _)| what.starts_with("silver >= 1.0x"))
+            .expect("the silver target");
+        assert!(silver.1.starts_with("MISSED"), "{silver:?}");
+        assert!(targets[0].1.starts_with("met"), "{:?}", targets[0]);
     }
 }
