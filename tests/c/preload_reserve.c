@@ -6,10 +6,12 @@
  * fresh anonymous memory, the last stays reserved and must fault
  * (SIGSEGV) when touched. A second reservation is committed QEMU's way:
  * MAP_FIXED at an aligned address inside it, the head and tail unmapped.
- * Each committed byte is written three rounds over (64 MiB and more in a
+ * MAP_FIXED_NOREPLACE over committed memory must fail with EEXIST and
+ * leave it intact. Each committed byte is written three rounds over (64 MiB and more in a
  * 16 MiB budget: pages leave DRAM), then every byte is checked. Prints
  * "OK ..." and exits 0, or "FAIL ..." and exits 1. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -79,6 +81,16 @@ int main(void) {
     if (!faults(ram + size)) { printf("FAIL the guard page is readable\n"); return 1; }
     if (fill_and_check(ram, size, "guest RAM")) return 1;
     if (fill_and_check(r, 2 * third, "committed reservation, again")) return 1;
+    /* The kernel refuses MAP_FIXED_NOREPLACE over a mapping; so must
+     * tiermem over memory in use, and the memory must keep its bytes. */
+    void *over = mmap(r + PAGE, 16 * PAGE, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (over != MAP_FAILED || errno != EEXIST) {
+        printf("FAIL MAP_FIXED_NOREPLACE over committed memory gave %p, errno %d (want EEXIST)\n", over, errno);
+        return 1;
+    }
+    for (size_t i = 0; i < 2 * third; i++)
+        if (r[i] != pattern(i, 2)) { printf("FAIL byte %zu changed by a refused MAP_FIXED_NOREPLACE\n", i); return 1; }
     printf("OK %zu MiB committed from PROT_NONE reservations, every byte checked\n", (2 * third + size) / MIB);
     return 0;
 }

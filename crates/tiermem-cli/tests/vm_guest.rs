@@ -31,7 +31,8 @@ const OVERHEAD: u64 = 64 * MIB;
 /// The pid of the first process under `root` (itself included) whose
 /// name starts with `prefix`.
 fn descendant_named(root: u32, prefix: &str) -> Option<u32> {
-    let mut parents = Vec::new();
+    // (pid, parent pid, name) of every process.
+    let mut processes = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
@@ -46,20 +47,22 @@ fn descendant_named(root: u32, prefix: &str) -> Option<u32> {
             .nth(1)
             .and_then(|p| p.parse().ok())
             .unwrap_or(0);
-        parents.push((pid, ppid, name));
+        processes.push((pid, ppid, name));
     }
     let mut frontier = vec![root];
     while let Some(p) = frontier.pop() {
-        for (pid, ppid, name) in &parents {
-            if *ppid == p || (*pid == root && p == root) {
-                if name.starts_with(prefix) {
-                    return Some(*pid);
-                }
-                if *pid != p {
-                    frontier.push(*pid);
-                }
-            }
+        if processes
+            .iter()
+            .any(|(pid, _, name)| *pid == p && name.starts_with(prefix))
+        {
+            return Some(p);
         }
+        frontier.extend(
+            processes
+                .iter()
+                .filter(|(_, ppid, _)| *ppid == p)
+                .map(|(pid, _, _)| *pid),
+        );
     }
     None
 }
