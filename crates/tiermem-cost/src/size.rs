@@ -67,23 +67,7 @@ pub fn gib(bytes: u64) -> f64 {
     bytes as f64 / GIB as f64
 }
 
-/// `384 GiB`, `1.5 GiB`, `512 MiB`: whole numbers bare, others to two
-/// decimals, in GiB from 1 GiB up.
-pub fn human(bytes: u64) -> String {
-    let (value, unit) = if bytes >= GIB {
-        (gib(bytes), "GiB")
-    } else {
-        (bytes as f64 / (1u64 << 20) as f64, "MiB")
-    };
-    format!("{} {unit}", number(value))
-}
-
-/// A number without trailing zeros: `192`, `1.5`, `0.33`.
-pub fn number(value: f64) -> String {
-    let text = format!("{value:.2}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    text.to_string()
-}
+pub use tiermem_host::format::{human_gib as human, trimmed as number};
 
 #[cfg(test)]
 mod tests {
