@@ -42,6 +42,7 @@ mod ranges;
 mod replaceable;
 mod runtime;
 mod sets;
+pub mod settings;
 mod shared;
 mod stats;
 mod store;

@@ -187,7 +187,7 @@ fn split_number(text: &str) -> (&str, &str) {
 mod tests {
     use super::*;
 
-    const ENV_DRAM: &str = crate::config::ENV_DRAM;
+    const ENV_DRAM: &str = "TIERMEM_DRAM";
 
     fn bytes(s: &str) -> u64 {
         parse_size(ENV_DRAM, s).unwrap().resolve()
