@@ -102,7 +102,7 @@ pub struct BenchVmArgs {
     #[arg(long)]
     no_live_change: bool,
     /// Longest one guest may run, in seconds, before it is killed.
-    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
+    #[arg(long, value_name = "SECS", default_value = "600", value_parser = timeout_seconds)]
     timeout: u64,
     /// Print the results as JSON on stdout instead of the table.
     #[arg(long)]
@@ -169,4 +169,13 @@ pub fn run(args: &BenchVmArgs) -> anyhow::Result<i32> {
         timeout: Duration::from_secs(args.timeout),
         json: args.json,
     })
+}
+
+/// `--timeout`: whole seconds, at least 10 (a guest boots in a few).
+fn timeout_seconds(s: &str) -> Result<u64, String> {
+    let secs = crate::duration_args::whole_seconds(s)?;
+    if secs < 10 {
+        return Err(format!("{secs} is not in 10..{}", u64::MAX));
+    }
+    Ok(secs)
 }

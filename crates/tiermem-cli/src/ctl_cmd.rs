@@ -68,7 +68,7 @@ enum CtlRequest {
 #[command(verbatim_doc_comment)]
 pub struct TopArgs {
     /// Seconds between samples (rates are over this interval).
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = crate::duration_args::seconds)]
     interval: f64,
     /// Print one sample and exit.
     #[arg(long)]

@@ -155,25 +155,15 @@ fn parse_size(s: &str) -> Result<u64, String> {
     }
 }
 
-/// `3`, `0.5`, `3s`, `500ms` → duration.
+/// `3`, `0.5`, `3s`, `500ms` → duration, by the rules every duration in
+/// tiermem follows ([`tiermem_core::parse_duration`]), up to an hour.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (t.as_str(), 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (examples: 3, 0.5, 500ms)"))?;
-    let secs = v * scale;
-    if !secs.is_finite() || secs <= 0.0 || secs > 3600.0 {
+    let d = tiermem_core::units::duration_from_text(s)
+        .map_err(|why| format!("duration {s:?} {why} (examples: 3, 0.5, 500ms)"))?;
+    if d.is_zero() || d > Duration::from_secs(3600) {
         return Err(format!("duration {s:?} must be between 0 and 3600 seconds"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 fn config(args: &DeviceArgs) -> DeviceConfig {

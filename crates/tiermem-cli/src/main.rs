@@ -7,6 +7,7 @@ mod compressed_args;
 mod ctl_cmd;
 mod device_cmd;
 mod docs;
+mod duration_args;
 mod format_cmd;
 mod probe_cmd;
 mod redis_bench;

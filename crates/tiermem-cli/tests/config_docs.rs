@@ -169,3 +169,47 @@ fn internal_variables_are_really_read() {
         );
     }
 }
+
+/// The README's Configuration table, row by row, is the settings table of
+/// `tiermem_core::settings`: same variables, flags, defaults and words, in
+/// the same order.
+#[test]
+fn the_readme_table_is_the_settings_table() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let section = readme
+        .split("\n## Configuration")
+        .nth(1)
+        .expect("a Configuration section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2)
+        .collect();
+    let table: Vec<String> = tiermem_core::settings::SETTINGS
+        .iter()
+        .map(|s| s.readme_row())
+        .collect();
+    for (i, (readme_row, table_row)) in rows.iter().zip(&table).enumerate() {
+        assert_eq!(
+            *readme_row, table_row,
+            "row {i} of the README's Configuration table differs from tiermem_core::settings"
+        );
+    }
+    assert_eq!(
+        rows.len(),
+        table.len(),
+        "the README's Configuration table and tiermem_core::settings have different lengths"
+    );
+}
+
+/// The header lists exactly the settings the library reads.
+#[test]
+fn the_header_lists_the_settings_the_library_reads() {
+    let from_table: BTreeSet<String> = tiermem_core::settings::SETTINGS
+        .iter()
+        .filter(|s| s.read_by_library)
+        .map(|s| s.env.to_string())
+        .collect();
+    assert_eq!(header_list(), from_table);
+}

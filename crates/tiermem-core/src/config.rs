@@ -15,6 +15,7 @@ use crate::error_policy::ErrorPolicy;
 use crate::io_config::IoSettings;
 use crate::organization::{Inclusion, Organization, Preset, WritePolicy};
 pub use crate::sys::physical_ram_bytes;
+pub use crate::units::{parse_size, SizeSpec};
 
 /// DRAM budget of the tiered pages: a size such as `256M`, or a share of
 /// physical RAM such as `25%` (the default).
@@ -49,8 +50,6 @@ const DEFAULT_BUDGET_PERCENT: u64 = 25;
 /// disk, where `/tmp` is often tmpfs and would keep evicted pages in RAM.
 pub const DEFAULT_BACKING_DIR: &str = "/var/tmp";
 const MAX_HANDLER_THREADS: usize = 64;
-
-const SIZE_FORM: &str = "expected a size like 262144, 256K, 256M, 4G or 25% (of physical RAM)";
 
 /// Which pages leave DRAM first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -97,71 +96,6 @@ impl std::fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// A size as the user wrote it: absolute bytes or a share of physical RAM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SizeSpec {
-    /// An absolute size, in bytes.
-    Bytes(u64),
-    /// A share of physical RAM, in percent (1 to 100).
-    PercentOfRam(u64),
-}
-
-impl SizeSpec {
-    /// The size in bytes; a share is taken of this machine's physical RAM.
-    pub fn resolve(self) -> u64 {
-        match self {
-            SizeSpec::Bytes(b) => b,
-            SizeSpec::PercentOfRam(p) => physical_ram_bytes().saturating_mul(p) / 100,
-        }
-    }
-}
-
-/// Parses `262144`, `256K`, `256M`, `4G`, `1.5G`, `1T` (binary units; an
-/// optional `B`/`iB` suffix is accepted) and `25%` of physical RAM.
-pub fn parse_size(setting: &'static str, text: &str) -> Result<SizeSpec> {
-    let t = text.trim();
-    let bad = || invalid(setting, text, SIZE_FORM);
-    if let Some(pct) = t.strip_suffix('%') {
-        let p: u64 = pct.trim().parse().map_err(|_| bad())?;
-        if p == 0 || p > 100 {
-            return Err(invalid(
-                setting,
-                text,
-                "a percentage must be between 1% and 100%",
-            ));
-        }
-        return Ok(SizeSpec::PercentOfRam(p));
-    }
-    let upper = t.to_ascii_uppercase();
-    let digits_end = upper
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(upper.len());
-    let (number, unit) = upper.split_at(digits_end);
-    let shift = match unit.trim() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return Err(bad()),
-    };
-    if number.is_empty() {
-        return Err(bad());
-    }
-    let bytes = if number.contains('.') {
-        let v: f64 = number.parse().map_err(|_| bad())?;
-        let b = v * (1u64 << shift) as f64;
-        if !b.is_finite() || b >= u64::MAX as f64 {
-            return Err(bad());
-        }
-        b as u64
-    } else {
-        let v: u64 = number.parse().map_err(|_| bad())?;
-        v.checked_mul(1u64 << shift).ok_or_else(bad)?
-    };
-    Ok(SizeSpec::Bytes(bytes))
 }
 
 /// Which thread resolves a fault on tiered memory.
@@ -590,34 +524,6 @@ fn validate_page_size(bytes: u64) -> Result<usize> {
 mod tests {
     use super::*;
     use std::collections::HashMap;
-
-    fn bytes(s: &str) -> u64 {
-        parse_size(ENV_DRAM, s).unwrap().resolve()
-    }
-
-    #[test]
-    fn sizes_in_every_documented_form() {
-        assert_eq!(bytes("262144"), 262144);
-        assert_eq!(bytes("256K"), 256 << 10);
-        assert_eq!(bytes("256M"), 256 << 20);
-        assert_eq!(bytes("4G"), 4 << 30);
-        assert_eq!(bytes("4GiB"), 4 << 30);
-        assert_eq!(bytes("1.5G"), 3 << 29);
-        assert_eq!(bytes(" 64m "), 64 << 20);
-        let quarter = bytes("25%");
-        assert_eq!(quarter, physical_ram_bytes() / 4);
-    }
-
-    #[test]
-    fn bad_sizes_name_setting_value_and_form() {
-        for bad in ["", "12Q", "G", "-1", "0%", "150%", "99999999999T", "1.2.3G"] {
-            let err = parse_size(ENV_DRAM, bad).unwrap_err().to_string();
-            assert!(err.contains("TIERMEM_DRAM"), "{err}");
-            assert!(err.contains(&format!("'{bad}'")), "{err}");
-        }
-        let err = parse_size(ENV_DRAM, "12Q").unwrap_err().to_string();
-        assert!(err.contains("256M"), "accepted form missing: {err}");
-    }
 
     #[test]
     fn env_overrides_defaults() {

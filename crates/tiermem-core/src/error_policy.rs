@@ -106,14 +106,13 @@ fn parse_switch(var: &'static str, value: &str, name: &str) -> Result<bool> {
     }
 }
 
-/// Whole seconds, with an optional `s` (`60`, `60s`), from 1 s to a day.
+/// Whole seconds from 1 s to a day, written as any duration (`60`, `60s`,
+/// `2000ms`). Whole, because a child process gets the deadline back in
+/// seconds.
 fn parse_deadline(v: &str) -> Result<Duration> {
-    let digits = v.trim().trim_end_matches('s');
-    digits
-        .parse::<u64>()
+    crate::units::duration_from_text(v)
         .ok()
-        .filter(|s| (1..=MAX_IO_DEADLINE_S).contains(s))
-        .map(Duration::from_secs)
+        .filter(|d| d.subsec_nanos() == 0 && (1..=MAX_IO_DEADLINE_S).contains(&d.as_secs()))
         .ok_or_else(|| {
             invalid(
                 ENV_IO_DEADLINE,
@@ -336,10 +335,27 @@ mod tests {
     }
 
     #[test]
+    fn deadlines_take_whole_seconds_in_any_duration_form() {
+        for (text, secs) in [
+            ("60", 60),
+            ("60s", 60),
+            (" 5 ", 5),
+            ("2000ms", 2),
+            ("86400", 86400),
+        ] {
+            let p = policy(&[(ENV_IO_DEADLINE, text)]).unwrap();
+            assert_eq!(p.io_deadline, Duration::from_secs(secs), "{text}");
+        }
+    }
+
+    #[test]
     fn bad_deadlines_and_switches_are_refused() {
         for (k, v) in [
             (ENV_IO_DEADLINE, "0"),
             (ENV_IO_DEADLINE, "1m"),
+            (ENV_IO_DEADLINE, "1.5"),
+            (ENV_IO_DEADLINE, "500ms"),
+            (ENV_IO_DEADLINE, "86401"),
             (ENV_CHECKSUMS, "maybe"),
             (ENV_ENCRYPT, "aes"),
         ] {

@@ -42,6 +42,7 @@ mod ranges;
 mod replaceable;
 mod runtime;
 mod sets;
+pub mod settings;
 mod shared;
 mod stats;
 mod store;
@@ -49,12 +50,11 @@ mod store_errors;
 pub mod sys;
 mod threads;
 mod transparent;
+pub mod units;
 
 pub use buffer::TieredBuf;
 pub use compress::{Codec, CompressSettings};
-pub use config::{
-    parse_size, Config, ConfigBuilder, FaultDelivery, PolicyKind, SizeSpec, DEFAULT_BACKING_DIR,
-};
+pub use config::{Config, ConfigBuilder, FaultDelivery, PolicyKind, DEFAULT_BACKING_DIR};
 pub use error::{Error, Result};
 pub use error_policy::{ErrorPolicy, Injection};
 pub use io_config::{AsyncIo, IoEngine, IoSettings, PollMode};
@@ -64,3 +64,4 @@ pub use runtime::{PinnedIo, Runtime};
 pub use stats::{LatencySummary, Stats};
 pub use store::{format_store, Label as StoreLabel};
 pub use threads::set_thread_start_hook;
+pub use units::{parse_duration, parse_size, SizeSpec};

@@ -1,6 +1,8 @@
 //! Sizes as the user writes them (`384G`, `1.5T`, `200GiB`) and as the
 //! reports print them.
 
+use tiermem_core::units::{size_from_text, SizeSpec, UnitError};
+
 /// One GiB, the unit the blueprint's cost model counts in.
 pub const GIB: u64 = 1 << 30;
 
@@ -33,38 +35,25 @@ impl SizeFlag {
     }
 }
 
-/// Parses `384G`, `1.5T`, `200GiB`, `512MB`, `1073741824` into bytes.
-/// Units are binary (K = 1024) with an optional `B` or `iB`, in any case; a
-/// plain number is bytes, as everywhere else in tiermem. On failure, says
-/// what is wrong with the value (the caller names the flag).
+/// Parses `384G`, `1.5T`, `200GiB`, `512MB`, `1073741824` into bytes, by the
+/// rules every size in tiermem follows ([`tiermem_core::units`]): binary
+/// units with an optional `B` or `iB`, in any case; a plain number is bytes.
+/// A server's size is never a share of this machine's RAM, nor under 1 MiB.
+/// On failure, says what is wrong with the value (the caller names the flag).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    if t.is_empty() {
-        return Err("is empty".into());
-    }
-    if t.starts_with('-') {
-        return Err("is negative".into());
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    if number.is_empty() {
-        return Err("is not a number followed by a unit".into());
-    }
-    let shift = unit_shift(unit.trim())
-        .ok_or_else(|| format!("has an unknown unit '{}' (use K, M, G or T)", unit.trim()))?;
-    let value: f64 = number
-        .parse()
-        .map_err(|_| "is not a number followed by a unit".to_string())?;
-    let bytes = value * (1u64 << shift) as f64;
-    if bytes == 0.0 {
+    let bytes = match size_from_text(text) {
+        Ok(SizeSpec::Bytes(bytes)) => bytes,
+        Ok(SizeSpec::PercentOfRam(_)) | Err(UnitError::PercentOutOfRange) => {
+            return Err("is a share of this machine's RAM, not a size (use K, M, G or T)".into())
+        }
+        Err(UnitError::UnknownUnit(unit)) => {
+            return Err(format!("has an unknown unit '{unit}' (use K, M, G or T)"))
+        }
+        Err(why) => return Err(why.to_string()),
+    };
+    if bytes == 0 {
         return Err("is zero".into());
     }
-    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err("is too large".into());
-    }
-    let bytes = bytes as u64;
     if bytes < MIN_BYTES {
         return Err(format!(
             "is {bytes} bytes, under 1 MiB (a plain number is bytes: add a unit)"
@@ -73,40 +62,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
-/// The power of two of a unit suffix, `None` if it is not one.
-fn unit_shift(unit: &str) -> Option<u32> {
-    match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => Some(0),
-        "k" | "kb" | "kib" => Some(10),
-        "m" | "mb" | "mib" => Some(20),
-        "g" | "gb" | "gib" => Some(30),
-        "t" | "tb" | "tib" => Some(40),
-        _ => None,
-    }
-}
-
 /// Bytes in GiB, for arithmetic in the blueprint's unit.
 pub fn gib(bytes: u64) -> f64 {
     bytes as f64 / GIB as f64
 }
 
-/// `384 GiB`, `1.5 GiB`, `512 MiB`: whole numbers bare, others to two
-/// decimals, in GiB from 1 GiB up.
-pub fn human(bytes: u64) -> String {
-    let (value, unit) = if bytes >= GIB {
-        (gib(bytes), "GiB")
-    } else {
-        (bytes as f64 / (1u64 << 20) as f64, "MiB")
-    };
-    format!("{} {unit}", number(value))
-}
-
-/// A number without trailing zeros: `192`, `1.5`, `0.33`.
-pub fn number(value: f64) -> String {
-    let text = format!("{value:.2}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    text.to_string()
-}
+pub use tiermem_host::format::{human_gib as human, trimmed as number};
 
 #[cfg(test)]
 mod tests {
@@ -137,6 +98,7 @@ mod tests {
             .contains("unknown unit"));
         assert!(parse_size("G").unwrap_err().contains("not a number"));
         assert!(parse_size("1.2.3G").unwrap_err().contains("not a number"));
+        assert!(parse_size("25%").unwrap_err().contains("share"));
         assert!(parse_size("99999999999T")
             .unwrap_err()
             .contains("too large"));

@@ -64,33 +64,11 @@ impl Check {
     }
 }
 
-/// Bytes as a person reads them: `8 MiB`, `72.5 GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 || value.fract() == 0.0 || value >= 100.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
+pub use tiermem_host::format::human_bytes_brief as human_bytes;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_read_naturally() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(8 << 20), "8 MiB");
-        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
-        assert_eq!(human_bytes(u64::MAX), "16777216 TiB");
-    }
 
     #[test]
     fn statuses_serialise_in_lower_case() {

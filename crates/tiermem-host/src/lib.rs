@@ -9,6 +9,7 @@
 
 pub mod cgroup;
 pub mod control;
+pub mod format;
 pub mod mounts;
 pub mod ns;
 

@@ -186,9 +186,7 @@ fn write_all(fd: i32, mut bytes: &[u8]) {
     }
 }
 
-pub(super) fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
-}
+pub(super) use tiermem_host::format::mib;
 
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {

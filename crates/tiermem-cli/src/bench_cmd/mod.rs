@@ -271,11 +271,11 @@ pub struct BenchArgs {
     /// Run the random-access matrix against kernel swap (see above).
     #[arg(long)]
     suite: bool,
-    /// Measured seconds per mode.
-    #[arg(long, default_value_t = 10.0)]
+    /// Measured seconds per mode (a plain number is seconds; 500ms, 10s).
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::duration_args::seconds)]
     duration: f64,
     /// Seconds of unmeasured accesses before measuring (after stamping).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, value_name = "SECS", default_value = "2", value_parser = crate::duration_args::seconds)]
     warmup: f64,
     /// Comma-separated modes: dram, tiermem, kernel-swap, kernel-zswap,
     /// kernel-zram [default: dram,tiermem,kernel-swap] (see above).
