@@ -59,12 +59,6 @@ use crate::page_table::{Kind, PageNo, PageTable};
 /// shows no difference.
 const PROBATION_SHARE: u32 = 64;
 
-/// 16/256 = 1/16 of the budget while insertion is thrash-resistant. Pages
-/// at the hand pass through probation, but in a loop larger than the budget
-/// none comes back within it: the frames serve better as ring, holding more
-/// of the loop's fixed part.
-const THRASHING_PROBATION_SHARE: u32 = 16;
-
 /// One CLOCK: a ring, and the pages that entered at its hand.
 #[derive(Default)]
 struct Hand {
@@ -231,10 +225,7 @@ impl Policy for Clock {
     }
 
     fn probation_share(&self) -> u32 {
-        match self.thrash_resistant() {
-            true => THRASHING_PROBATION_SHARE,
-            false => PROBATION_SHARE,
-        }
+        PROBATION_SHARE
     }
 
     fn insertion(&self) -> &'static str {
