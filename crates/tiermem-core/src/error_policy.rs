@@ -96,14 +96,12 @@ impl ErrorPolicy {
     }
 }
 
-/// on/off (1/0, yes/no, or the name of what is switched on).
+/// A switch (see [`crate::units::switch_from_text`]), which the name of what
+/// it switches on (`crc32c`, `aes-256-gcm`) also turns on.
 fn parse_switch(var: &'static str, value: &str, name: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "yes" => Ok(true),
-        "0" | "off" | "no" => Ok(false),
-        v if v == name => Ok(true),
-        _ => Err(invalid(var, value, "expected on or off")),
-    }
+    crate::units::switch_from_text(value)
+        .or_else(|| value.trim().eq_ignore_ascii_case(name).then_some(true))
+        .ok_or_else(|| invalid(var, value, crate::units::SWITCH_FORM))
 }
 
 /// Whole seconds from 1 s to a day, written as any duration (`60`, `60s`,
@@ -361,6 +359,26 @@ mod tests {
         ] {
             let err = policy(&[(k, v)]).unwrap_err().to_string();
             assert!(err.contains(k), "{err}");
+        }
+    }
+
+    #[test]
+    fn switches_take_the_common_words_and_the_name_of_what_they_turn_on() {
+        for (k, v, on) in [
+            (ENV_CHECKSUMS, "crc32c", true),
+            (ENV_CHECKSUMS, "false", false),
+            (ENV_CHECKSUMS, "No", false),
+            (ENV_ENCRYPT, "AES-256-GCM", true),
+            (ENV_ENCRYPT, "true", true),
+            (ENV_ENCRYPT, "0", false),
+        ] {
+            let p = policy(&[(k, v)]).unwrap();
+            let got = if k == ENV_CHECKSUMS {
+                p.checksums
+            } else {
+                p.encrypt
+            };
+            assert_eq!(got, on, "{k}={v}");
         }
     }
 }

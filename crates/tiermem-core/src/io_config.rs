@@ -5,6 +5,7 @@
 use std::str::FromStr;
 
 use crate::error::{invalid, Error, Result};
+use crate::units::parse_switch;
 
 /// How page reads are issued: `io_uring` (the default) or `psync`.
 pub const ENV_IO_ENGINE: &str = "TIERMEM_IO_ENGINE";
@@ -181,14 +182,6 @@ impl FromStr for PollMode {
                 "expected none, sqpoll, iopoll or hybrid",
             )),
         }
-    }
-}
-
-fn parse_switch(setting: &'static str, s: &str) -> Result<bool> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "yes" | "true" => Ok(true),
-        "0" | "off" | "no" | "false" => Ok(false),
-        _ => Err(invalid(setting, s, "expected on or off")),
     }
 }
 
