@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{invalid, Error, Result};
+use crate::settings::env_or_default;
 
 /// crc32c and identity check of every page read back: `on` (the default) or
 /// `off`.
@@ -63,16 +64,16 @@ impl ErrorPolicy {
     /// Defaults overridden by the variables `lookup` returns.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<ErrorPolicy> {
         let mut p = ErrorPolicy::default();
-        if let Some(v) = lookup(ENV_CHECKSUMS) {
+        if let Some(v) = env_or_default(ENV_CHECKSUMS, lookup) {
             p.checksums = parse_switch(ENV_CHECKSUMS, &v, "crc32c")?;
         }
-        if let Some(v) = lookup(ENV_ENCRYPT) {
+        if let Some(v) = env_or_default(ENV_ENCRYPT, lookup) {
             p.encrypt = parse_switch(ENV_ENCRYPT, &v, "aes-256-gcm")?;
         }
-        if let Some(v) = lookup(ENV_IO_DEADLINE) {
+        if let Some(v) = env_or_default(ENV_IO_DEADLINE, lookup) {
             p.io_deadline = parse_deadline(&v)?;
         }
-        if let Some(v) = lookup(ENV_INJECT_FAULTS) {
+        if let Some(v) = env_or_default(ENV_INJECT_FAULTS, lookup) {
             p.inject = v.parse()?;
         }
         Ok(p)

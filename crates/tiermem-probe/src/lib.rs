@@ -131,9 +131,12 @@ pub fn resolve_config(args: &ProbeArgs) -> anyhow::Result<Config> {
             _ => args.organization.flag_for(var).map(|(_, v)| v),
         }
     };
+    let env = |var: &str| std::env::var(var).ok();
     let config = Config::from_lookup(|var| {
-        flag(var)
-            .or_else(|| std::env::var(var).ok())
+        tiermem_core::settings::setting(var)
+            .and_then(|setting| tiermem_core::settings::given(setting, flag(var), &env))
+            .map(|r| r.value)
+            // The probe's own budget; the core fills in the other defaults.
             .or_else(|| (var == ENV_DRAM).then(|| DEFAULT_BUDGET.to_string()))
     })?;
     Ok(config)

@@ -4,6 +4,7 @@
 use std::str::FromStr;
 
 use crate::error::{invalid, Error, Result};
+use crate::settings::env_or_default;
 
 /// Codec of the compressed tier: `lz4` (the default) or `off`.
 pub const ENV_COMPRESS: &str = "TIERMEM_COMPRESS";
@@ -84,10 +85,10 @@ impl CompressSettings {
     /// Defaults overridden by the `TIERMEM_COMPRESS*` variables `lookup` returns.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<CompressSettings> {
         let mut s = CompressSettings::default();
-        if let Some(v) = lookup(ENV_COMPRESS) {
+        if let Some(v) = env_or_default(ENV_COMPRESS, lookup) {
             s.codec = v.parse()?;
         }
-        if let Some(v) = lookup(ENV_COMPRESS_SHARE) {
+        if let Some(v) = env_or_default(ENV_COMPRESS_SHARE, lookup) {
             s.share_percent = v
                 .trim()
                 .trim_end_matches('%')
