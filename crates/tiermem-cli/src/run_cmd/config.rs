@@ -9,6 +9,7 @@ use tiermem_core::config::{
 use tiermem_core::error_policy::ENV_ENCRYPT;
 use tiermem_core::settings::{self, Resolved, Source};
 use tiermem_core::{parse_size, Config, Error as CoreError};
+use tiermem_host::format::{exact_bytes, short_bytes};
 
 use super::args::RunArgs;
 use super::stop::Stop;
@@ -91,34 +92,13 @@ fn check_budget(budget: u64, page_size: u64, from: &str) -> Result<(), Stop> {
             "a DRAM budget of {} ({}) is too small for a program to make progress: \
              the minimum is {} (at least 1 MiB and {MIN_BUDGET_PAGES} pages of {}).\n\
              Fix: give --dram {} or more, e.g. --dram 256M (or set TIERMEM_DRAM).",
-            exact_size(budget),
+            exact_bytes(budget),
             from,
-            exact_size(floor),
-            exact_size(page_size),
-            short_size(floor),
+            exact_bytes(floor),
+            exact_bytes(page_size),
+            short_bytes(floor),
         ),
     ))
-}
-
-/// `bytes` in the largest binary unit that divides it: 8 KiB, 1 MiB, 1000 B.
-fn exact_size(bytes: u64) -> String {
-    let (value, unit) = split_unit(bytes);
-    format!("{value} {}", ["B", "KiB", "MiB", "GiB"][unit])
-}
-
-/// A size as a --dram value: 1M, 32M, 640K.
-fn short_size(bytes: u64) -> String {
-    let (value, unit) = split_unit(bytes);
-    format!("{value}{}", ["", "K", "M", "G"][unit])
-}
-
-/// `bytes` as value and unit index (0 = B .. 3 = GiB), exactly.
-fn split_unit(bytes: u64) -> (u64, usize) {
-    if bytes == 0 {
-        return (0, 0);
-    }
-    let unit = (bytes.trailing_zeros() / 10).min(3) as usize;
-    (bytes >> (unit * 10), unit)
 }
 
 /// The budget check on the values as written, before the core sees them. A
@@ -305,13 +285,13 @@ mod tests {
 
     #[test]
     fn sizes_are_shown_exactly() {
-        assert_eq!(exact_size(8192), "8 KiB");
-        assert_eq!(exact_size(1 << 20), "1 MiB");
-        assert_eq!(exact_size(100_000), "100000 B");
-        assert_eq!(exact_size(3 << 30), "3 GiB");
-        assert_eq!(short_size(32 << 20), "32M");
-        assert_eq!(short_size(640 << 10), "640K");
-        assert_eq!(short_size(1 << 40), "1024G");
+        assert_eq!(exact_bytes(8192), "8 KiB");
+        assert_eq!(exact_bytes(1 << 20), "1 MiB");
+        assert_eq!(exact_bytes(100_000), "100000 B");
+        assert_eq!(exact_bytes(3 << 30), "3 GiB");
+        assert_eq!(short_bytes(32 << 20), "32M");
+        assert_eq!(short_bytes(640 << 10), "640K");
+        assert_eq!(short_bytes(1 << 40), "1024G");
     }
 
     #[test]
