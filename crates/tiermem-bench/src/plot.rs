@@ -24,6 +24,7 @@ use crate::histogram::LatencyHistogram;
 use crate::report::{human_bytes, human_ns};
 use crate::result::{Mode, ModeResult};
 use crate::worker::{Workload, WorkloadSpec};
+use tiermem_host::format;
 
 /// Steps per power of two: four sub-bins of the histogram each, fine
 /// enough to separate a 9 µs fault from a 15 µs one and coarse enough that
@@ -391,28 +392,13 @@ where
         .configure_mesh()
         .x_desc("latency per access (log scale)")
         .y_desc("share of accesses per 1/4 power of two (log scale)")
-        .x_label_formatter(&|ns| format_ns(*ns))
+        .x_label_formatter(&|ns| format::axis_ns(*ns))
         .y_label_formatter(&|share| format_share(*share))
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(plot_error)
-}
-
-/// A tick of the latency axis: `10ns`, `1us`, `100ms` on the decades.
-fn format_ns(ns: f64) -> String {
-    const UNITS: [(f64, &str); 4] = [(1e9, "s"), (1e6, "ms"), (1e3, "us"), (1.0, "ns")];
-    let (scale, unit) = UNITS
-        .into_iter()
-        .find(|&(scale, _)| ns >= scale)
-        .unwrap_or((1.0, "ns"));
-    let value = ns / scale;
-    if (value - value.round()).abs() < 1e-6 {
-        format!("{value:.0}{unit}")
-    } else {
-        human_ns(ns)
-    }
 }
 
 /// A share as a percentage, with as many digits as a small one needs.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tiermem_bench::report::{self, DeviceRef};
 use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::{run_plan, BenchPlan};
+use tiermem_host::format::{or_dash, ratio, share_percent, us_tenths};
 
 use crate::bench_cmd::device::check_device;
 use crate::bench_cmd::output::{json_summary, progress_bar};
@@ -224,14 +225,6 @@ pub fn run_suite(
     runs
 }
 
-fn ratio(x: Option<f64>) -> String {
-    x.map_or_else(|| "-".into(), |x| format!("{x:.2}x"))
-}
-
-fn pct(x: Option<f64>) -> String {
-    x.map_or_else(|| "-".into(), |x| format!("{:.1}%", x * 100.0))
-}
-
 fn verdict(met: Option<bool>) -> &'static str {
     match met {
         Some(true) => "met",
@@ -240,12 +233,11 @@ fn verdict(met: Option<bool>) -> &'static str {
     }
 }
 
-fn us(ns: Option<u64>) -> String {
-    ns.map_or_else(|| "-".into(), |ns| format!("{:.1}", ns as f64 / 1000.0))
-}
-
 fn miss_us(r: Option<&ModeResult>, q: f64) -> String {
-    us(r.and_then(|r| r.latency.percentile_at_least(r.slow_threshold_ns, q)))
+    or_dash(
+        r.and_then(|r| r.latency.percentile_at_least(r.slow_threshold_ns, q)),
+        us_tenths,
+    )
 }
 
 fn of_limit(run: &CaseRun, mode: Mode) -> Option<f64> {
@@ -310,20 +302,20 @@ pub fn render(base: &BenchPlan, runs: &[CaseRun]) -> String {
             run.case.name,
             speed(tm),
             speed(ks),
-            ratio(run.speedup()),
+            or_dash(run.speedup(), ratio),
             run.case.target.describe(),
             verdict(run.met()),
             format!(
                 "{}/{}",
-                pct(run.hit_ratio(Mode::Tiermem)),
-                pct(run.hit_ratio(Mode::KernelSwap))
+                or_dash(run.hit_ratio(Mode::Tiermem), share_percent),
+                or_dash(run.hit_ratio(Mode::KernelSwap), share_percent)
             ),
             format!("{}/{}", miss_us(tm, 50.0), miss_us(ks, 50.0)),
             format!("{}/{}", miss_us(tm, 99.0), miss_us(ks, 99.0)),
             format!(
                 "{}/{}",
-                pct(of_limit(run, Mode::Tiermem)),
-                pct(of_limit(run, Mode::KernelSwap))
+                or_dash(of_limit(run, Mode::Tiermem), share_percent),
+                or_dash(of_limit(run, Mode::KernelSwap), share_percent)
             ),
         );
     }
@@ -334,7 +326,7 @@ pub fn render(base: &BenchPlan, runs: &[CaseRun]) -> String {
          {} (target >= {FIRST_TOUCH_TARGET:.1}x: {})\n",
         tm_ft.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
         ks_ft.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
-        ratio(ft_ratio),
+        or_dash(ft_ratio, ratio),
         verdict(ft_ratio.map(|r| r >= FIRST_TOUCH_TARGET)),
     );
     let random: Vec<(bool, bool)> = runs

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::time::Duration;
+use tiermem_core::settings;
 
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
@@ -96,7 +97,7 @@ pub struct BenchVmArgs {
     #[arg(long, value_name = "PATH", default_value = "qemu-system-x86_64")]
     qemu: PathBuf,
     /// Directory for tiermem's backing file and kernel swap's swapfile.
-    #[arg(long, default_value = "/var/tmp", env = "TIERMEM_BACKING")]
+    #[arg(long, default_value = settings::known("TIERMEM_BACKING").value, env = "TIERMEM_BACKING")]
     backing: PathBuf,
     /// Skip the live Bronze -> Gold change.
     #[arg(long)]

@@ -2,6 +2,7 @@
 //! lives in the bench crate ([`tiermem_bench::redis_bench`]).
 
 use std::path::PathBuf;
+use tiermem_core::settings;
 
 use clap::Args;
 use tiermem_bench::redis_bench::{self, Settings};
@@ -72,7 +73,7 @@ pub struct RedisBenchArgs {
     /// Backing store for tiermem: a directory (a private file is made
     /// there), a file or a block device. Kernel swap puts its swapfile on
     /// the same filesystem.
-    #[arg(long, default_value = "/var/tmp", env = "TIERMEM_BACKING")]
+    #[arg(long, default_value = settings::known("TIERMEM_BACKING").value, env = "TIERMEM_BACKING")]
     backing: PathBuf,
     /// Comma-separated modes, run in this order.
     #[arg(

@@ -14,6 +14,7 @@ use crate::error::{invalid, Error, Result};
 use crate::error_policy::ErrorPolicy;
 use crate::io_config::IoSettings;
 use crate::organization::{Inclusion, Organization, Preset, WritePolicy};
+use crate::settings::env_or_default;
 pub use crate::sys::physical_ram_bytes;
 pub use crate::units::{parse_size, SizeSpec};
 
@@ -213,22 +214,22 @@ impl Config {
     /// tests and the CLI can supply their own environment.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let mut b = Config::builder();
-        if let Some(v) = lookup(ENV_DRAM) {
+        if let Some(v) = env_or_default(ENV_DRAM, &lookup) {
             b.dram_budget = Some(parse_size(ENV_DRAM, &v)?.resolve());
         }
-        if let Some(v) = lookup(ENV_BACKING) {
+        if let Some(v) = env_or_default(ENV_BACKING, &lookup) {
             b = b.backing(v);
         }
-        if let Some(v) = lookup(ENV_BACKING_SIZE) {
+        if let Some(v) = env_or_default(ENV_BACKING_SIZE, &lookup) {
             b.backing_size = Some(parse_size(ENV_BACKING_SIZE, &v)?.resolve());
         }
-        if let Some(v) = lookup(ENV_PAGE_SIZE) {
+        if let Some(v) = env_or_default(ENV_PAGE_SIZE, &lookup) {
             b.page_size = Some(parse_size(ENV_PAGE_SIZE, &v)?.resolve());
         }
-        if let Some(v) = lookup(ENV_POLICY) {
+        if let Some(v) = env_or_default(ENV_POLICY, &lookup) {
             b.policy = Some(v.parse()?);
         }
-        if let Some(v) = lookup(ENV_HANDLER_THREADS) {
+        if let Some(v) = env_or_default(ENV_HANDLER_THREADS, &lookup) {
             b.handler_threads = Some(v.trim().parse().map_err(|_| {
                 invalid(
                     ENV_HANDLER_THREADS,
@@ -237,7 +238,7 @@ impl Config {
                 )
             })?);
         }
-        if let Some(v) = lookup(ENV_WATERMARK_SCALE) {
+        if let Some(v) = env_or_default(ENV_WATERMARK_SCALE, &lookup) {
             b.watermark_scale_factor = Some(
                 v.trim()
                     .parse()
@@ -252,7 +253,7 @@ impl Config {
                     })?,
             );
         }
-        if let Some(v) = lookup(ENV_FAULTS) {
+        if let Some(v) = env_or_default(ENV_FAULTS, &lookup) {
             b.faults = Some(v.parse()?);
         }
         b.io = Some(IoSettings::from_lookup(&lookup)?);

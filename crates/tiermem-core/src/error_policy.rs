@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{invalid, Error, Result};
+use crate::settings::env_or_default;
 
 /// crc32c and identity check of every page read back: `on` (the default) or
 /// `off`.
@@ -63,16 +64,16 @@ impl ErrorPolicy {
     /// Defaults overridden by the variables `lookup` returns.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<ErrorPolicy> {
         let mut p = ErrorPolicy::default();
-        if let Some(v) = lookup(ENV_CHECKSUMS) {
+        if let Some(v) = env_or_default(ENV_CHECKSUMS, lookup) {
             p.checksums = parse_switch(ENV_CHECKSUMS, &v, "crc32c")?;
         }
-        if let Some(v) = lookup(ENV_ENCRYPT) {
+        if let Some(v) = env_or_default(ENV_ENCRYPT, lookup) {
             p.encrypt = parse_switch(ENV_ENCRYPT, &v, "aes-256-gcm")?;
         }
-        if let Some(v) = lookup(ENV_IO_DEADLINE) {
+        if let Some(v) = env_or_default(ENV_IO_DEADLINE, lookup) {
             p.io_deadline = parse_deadline(&v)?;
         }
-        if let Some(v) = lookup(ENV_INJECT_FAULTS) {
+        if let Some(v) = env_or_default(ENV_INJECT_FAULTS, lookup) {
             p.inject = v.parse()?;
         }
         Ok(p)
@@ -96,14 +97,12 @@ impl ErrorPolicy {
     }
 }
 
-/// on/off (1/0, yes/no, or the name of what is switched on).
+/// A switch (see [`crate::units::switch_from_text`]), which the name of what
+/// it switches on (`crc32c`, `aes-256-gcm`) also turns on.
 fn parse_switch(var: &'static str, value: &str, name: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "yes" => Ok(true),
-        "0" | "off" | "no" => Ok(false),
-        v if v == name => Ok(true),
-        _ => Err(invalid(var, value, "expected on or off")),
-    }
+    crate::units::switch_from_text(value)
+        .or_else(|| value.trim().eq_ignore_ascii_case(name).then_some(true))
+        .ok_or_else(|| invalid(var, value, crate::units::SWITCH_FORM))
 }
 
 /// Whole seconds from 1 s to a day, written as any duration (`60`, `60s`,
@@ -361,6 +360,26 @@ mod tests {
         ] {
             let err = policy(&[(k, v)]).unwrap_err().to_string();
             assert!(err.contains(k), "{err}");
+        }
+    }
+
+    #[test]
+    fn switches_take_the_common_words_and_the_name_of_what_they_turn_on() {
+        for (k, v, on) in [
+            (ENV_CHECKSUMS, "crc32c", true),
+            (ENV_CHECKSUMS, "false", false),
+            (ENV_CHECKSUMS, "No", false),
+            (ENV_ENCRYPT, "AES-256-GCM", true),
+            (ENV_ENCRYPT, "true", true),
+            (ENV_ENCRYPT, "0", false),
+        ] {
+            let p = policy(&[(k, v)]).unwrap();
+            let got = if k == ENV_CHECKSUMS {
+                p.checksums
+            } else {
+                p.encrypt
+            };
+            assert_eq!(got, on, "{k}={v}");
         }
     }
 }

@@ -5,6 +5,8 @@
 use std::str::FromStr;
 
 use crate::error::{invalid, Error, Result};
+use crate::settings::env_or_default;
+use crate::units::parse_switch;
 
 /// How page reads are issued: `io_uring` (the default) or `psync`.
 pub const ENV_IO_ENGINE: &str = "TIERMEM_IO_ENGINE";
@@ -184,14 +186,6 @@ impl FromStr for PollMode {
     }
 }
 
-fn parse_switch(setting: &'static str, s: &str) -> Result<bool> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "yes" | "true" => Ok(true),
-        "0" | "off" | "no" | "false" => Ok(false),
-        _ => Err(invalid(setting, s, "expected on or off")),
-    }
-}
-
 /// `TIERMEM_IDLE_SPIN_US`: microseconds, 0 to `MAX_IDLE_SPIN_US`.
 pub fn parse_idle_spin(v: &str) -> Result<u32> {
     v.trim()
@@ -211,10 +205,10 @@ impl IoSettings {
     /// Defaults overridden by the I/O variables `lookup` returns.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<IoSettings> {
         let mut io = IoSettings::default();
-        if let Some(v) = lookup(ENV_IO_ENGINE) {
+        if let Some(v) = env_or_default(ENV_IO_ENGINE, lookup) {
             io.engine = v.parse()?;
         }
-        if let Some(v) = lookup(ENV_IO_DEPTH) {
+        if let Some(v) = env_or_default(ENV_IO_DEPTH, lookup) {
             io.depth = v
                 .trim()
                 .parse()
@@ -224,19 +218,19 @@ impl IoSettings {
                     invalid(ENV_IO_DEPTH, &v, "expected a whole number from 1 to 1024")
                 })?;
         }
-        if let Some(v) = lookup(ENV_IO_POLL) {
+        if let Some(v) = env_or_default(ENV_IO_POLL, lookup) {
             io.poll = v.parse()?;
         }
-        if let Some(v) = lookup(ENV_READAHEAD) {
+        if let Some(v) = env_or_default(ENV_READAHEAD, lookup) {
             io.readahead = parse_switch(ENV_READAHEAD, &v)?;
         }
-        if let Some(v) = lookup(ENV_PREDICT_WRITES) {
+        if let Some(v) = env_or_default(ENV_PREDICT_WRITES, lookup) {
             io.predict_writes = parse_switch(ENV_PREDICT_WRITES, &v)?;
         }
-        if let Some(v) = lookup(ENV_IDLE_SPIN) {
+        if let Some(v) = env_or_default(ENV_IDLE_SPIN, lookup) {
             io.idle_spin_us = parse_idle_spin(&v)?;
         }
-        if let Some(v) = lookup(ENV_ASYNC_IO) {
+        if let Some(v) = env_or_default(ENV_ASYNC_IO, lookup) {
             io.async_io = v.parse()?;
         }
         Ok(io)

@@ -28,6 +28,7 @@
 use std::str::FromStr;
 
 use crate::error::{invalid, Error, Result};
+use crate::settings::env_or_default;
 
 /// Ways per set: `0` fully associative (the default), `1` direct-mapped, `N`
 /// N-way.
@@ -232,24 +233,24 @@ impl Organization {
 
     /// Reads the knobs from `lookup`: the preset first, then each variable.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<Organization> {
-        let mut org = match lookup(ENV_PRESET) {
+        let mut org = match env_or_default(ENV_PRESET, lookup) {
             Some(p) => p.parse::<Preset>()?.organization(),
             None => Organization::default(),
         };
-        if let Some(v) = lookup(ENV_ASSOCIATIVITY) {
+        if let Some(v) = env_or_default(ENV_ASSOCIATIVITY, lookup) {
             org.associativity = parse_count(
                 ENV_ASSOCIATIVITY,
                 &v,
                 "0 (fully associative), 1 (direct-mapped) or N (N-way)",
             )?;
         }
-        if let Some(v) = lookup(ENV_PREFETCH) {
+        if let Some(v) = env_or_default(ENV_PREFETCH, lookup) {
             org.prefetch = Some(parse_count(ENV_PREFETCH, &v, "a page count from 0 to 256")?);
         }
-        if let Some(v) = lookup(ENV_WRITE_POLICY) {
+        if let Some(v) = env_or_default(ENV_WRITE_POLICY, lookup) {
             org.write_policy = v.parse()?;
         }
-        if let Some(v) = lookup(ENV_INCLUSION) {
+        if let Some(v) = env_or_default(ENV_INCLUSION, lookup) {
             org.inclusion = v.parse()?;
         }
         Ok(org)

@@ -1,4 +1,5 @@
-//! Sizes and durations as people write them, the one parser of each.
+//! Sizes, durations and on/off switches as people write them, the one
+//! parser of each.
 //!
 //! Every size and every duration tiermem takes, from a `TIERMEM_*` variable,
 //! a flag of any command or the builder, goes through [`parse_size`] or
@@ -11,6 +12,8 @@
 //!   physical RAM (`25%`). A plain number is bytes.
 //! - A duration is a number of seconds with an optional unit, `s` or `ms`. A
 //!   plain number is seconds.
+//! - A switch is `on`, `1`, `yes` or `true`, or `off`, `0`, `no` or `false`,
+//!   in any case ([`parse_switch`], [`switch_from_text`]).
 //!
 //! Ranges (a budget of at least 16 pages, a deadline of at most a day) are
 //! the caller's: the parsers only read the text.
@@ -23,6 +26,8 @@ use crate::sys::physical_ram_bytes;
 
 /// The accepted form of a size, for the end of an error.
 const SIZE_FORM: &str = "expected a size like 262144, 256K, 256M, 4G or 25% (of physical RAM)";
+/// The accepted form of a switch, for the end of an error.
+pub const SWITCH_FORM: &str = "expected on or off";
 /// The accepted form of a duration, for the end of an error.
 const DURATION_FORM: &str =
     "expected a duration like 3, 0.5, 3s or 500ms (a plain number is seconds)";
@@ -141,6 +146,23 @@ pub fn parse_duration(setting: &'static str, text: &str) -> Result<Duration> {
     duration_from_text(text).map_err(|_| invalid(setting, text, DURATION_FORM))
 }
 
+/// Parses an on/off switch (see [`switch_from_text`]). A bad value is
+/// refused with the setting, the value and the accepted form.
+pub fn parse_switch(setting: &'static str, text: &str) -> Result<bool> {
+    switch_from_text(text).ok_or_else(|| invalid(setting, text, SWITCH_FORM))
+}
+
+/// Whether `text` turns a switch on (`on`, `1`, `yes`, `true`) or off
+/// (`off`, `0`, `no`, `false`), in any case and between blanks; `None` for
+/// anything else, so callers that take more words add their own.
+pub fn switch_from_text(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Some(true),
+        "0" | "off" | "no" | "false" => Some(false),
+        _ => None,
+    }
+}
+
 /// The duration `text` describes, or what is wrong with it. Zero is a
 /// duration here: whether it is allowed is the caller's rule.
 pub fn duration_from_text(text: &str) -> std::result::Result<Duration, UnitError> {
@@ -186,6 +208,27 @@ fn split_number(text: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switches_take_four_words_each_way_in_any_case() {
+        for on in ["on", "1", "yes", "true", " ON ", "True"] {
+            assert_eq!(switch_from_text(on), Some(true), "{on}");
+        }
+        for off in ["off", "0", "no", "false", "OFF", " No"] {
+            assert_eq!(switch_from_text(off), Some(false), "{off}");
+        }
+        for bad in ["", "2", "enabled", "o n"] {
+            assert_eq!(switch_from_text(bad), None, "{bad}");
+        }
+        let err = parse_switch("TIERMEM_READAHEAD", "maybe")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("TIERMEM_READAHEAD"), "{err}");
+        assert!(
+            err.contains("'maybe'") && err.contains("expected on or off"),
+            "{err}"
+        );
+    }
 
     const ENV_DRAM: &str = "TIERMEM_DRAM";
 

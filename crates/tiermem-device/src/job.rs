@@ -82,24 +82,13 @@ impl JobSpec {
             "{} {} {} QD{}",
             self.engine,
             self.pattern,
-            fmt_block_size(self.block_size),
+            tiermem_host::format::block_size(self.block_size),
             self.qd
         );
         if self.fill {
             s.push_str(" (fill)");
         }
         s
-    }
-}
-
-/// `4096` → `4K`, `1048576` → `1M`.
-pub(crate) fn fmt_block_size(bs: u64) -> String {
-    if bs >= 1 << 20 && bs & ((1 << 20) - 1) == 0 {
-        format!("{}M", bs >> 20)
-    } else if bs >= 1 << 10 && bs & ((1 << 10) - 1) == 0 {
-        format!("{}K", bs >> 10)
-    } else {
-        format!("{bs}")
     }
 }
 
@@ -295,8 +284,8 @@ mod tests {
 
     #[test]
     fn block_size_format() {
-        assert_eq!(fmt_block_size(4096), "4K");
-        assert_eq!(fmt_block_size(1 << 20), "1M");
-        assert_eq!(fmt_block_size(512), "512");
+        assert_eq!(tiermem_host::format::block_size(4096), "4K");
+        assert_eq!(tiermem_host::format::block_size(1 << 20), "1M");
+        assert_eq!(tiermem_host::format::block_size(512), "512");
     }
 }

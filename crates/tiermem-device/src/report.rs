@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Engine;
 use crate::identity::DeviceIdentity;
-use crate::job::{fmt_block_size, Pattern};
+use crate::job::Pattern;
 use crate::target::{IoMode, TargetKind};
 
 /// Version of the JSON layout.
@@ -75,7 +75,7 @@ impl JobResult {
             "{} {} {} QD{}{}",
             self.engine,
             self.pattern,
-            fmt_block_size(self.block_size),
+            tiermem_host::format::block_size(self.block_size),
             self.qd,
             if self.fill { " (fill)" } else { "" }
         )
@@ -226,7 +226,7 @@ impl DeviceReport {
                 "{:<16} {:<9} {:>3} {:>3}",
                 j.engine.name(),
                 job,
-                fmt_block_size(j.block_size),
+                tiermem_host::format::block_size(j.block_size),
                 j.qd
             );
             match &j.error {

@@ -122,7 +122,7 @@ impl<'a> CpuProbe<'a> {
             "cache levels found by pointer chasing: {}",
             levels
                 .iter()
-                .map(|b| crate::report::size(*b as u64))
+                .map(|b| tiermem_host::format::bytes_exact_or_mib(*b as u64))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
@@ -416,7 +416,7 @@ impl<'a> CpuProbe<'a> {
                     evidence: format!(
                         "L1: chasing {} lines {} apart takes {lat:.1} ns per load, {} lines {below:.1} ns (L1 hit {base_lat:.1} ns)",
                         w + 1,
-                        crate::report::size(step as u64),
+                        tiermem_host::format::bytes_exact_or_mib(step as u64),
                         w
                     ),
                 };
@@ -475,8 +475,8 @@ impl<'a> CpuProbe<'a> {
             vote_confidence(agree, w.len()),
             format!(
                 "a write to a cached line takes {} (a read {}): it does not wait for memory",
-                crate::report::ns(mw),
-                crate::report::ns(mr)
+                tiermem_host::format::ns_spaced(mw),
+                tiermem_host::format::ns_spaced(mr)
             ),
         )
     }

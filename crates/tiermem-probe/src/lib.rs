@@ -131,9 +131,12 @@ pub fn resolve_config(args: &ProbeArgs) -> anyhow::Result<Config> {
             _ => args.organization.flag_for(var).map(|(_, v)| v),
         }
     };
+    let env = |var: &str| std::env::var(var).ok();
     let config = Config::from_lookup(|var| {
-        flag(var)
-            .or_else(|| std::env::var(var).ok())
+        tiermem_core::settings::setting(var)
+            .and_then(|setting| tiermem_core::settings::given(setting, flag(var), &env))
+            .map(|r| r.value)
+            // The probe's own budget; the core fills in the other defaults.
             .or_else(|| (var == ENV_DRAM).then(|| DEFAULT_BUDGET.to_string()))
     })?;
     Ok(config)
@@ -240,8 +243,8 @@ fn run_tiermem(args: &ProbeArgs, mut worker: Command) -> anyhow::Result<Report> 
     };
     report.target = format!(
         "tiermem (budget {}, page {}, policy {}; {organization})",
-        report::size(config.dram_budget),
-        report::size(config.page_size as u64),
+        tiermem_host::format::bytes_exact_or_mib(config.dram_budget),
+        tiermem_host::format::bytes_exact_or_mib(config.page_size as u64),
         config.policy.name(),
     );
     Ok(report)
@@ -283,12 +286,15 @@ fn run_kernel_swap(args: &ProbeArgs, mut worker: Command) -> anyhow::Result<Repo
     let cleanup = sandbox.cleanup();
     let mut report = result?;
     cleanup?;
-    report.target = format!("kernel swap (cgroup v1 limit {})", report::size(limit));
+    report.target = format!(
+        "kernel swap (cgroup v1 limit {})",
+        tiermem_host::format::bytes_exact_or_mib(limit)
+    );
     if let Some(st) = stats {
         report.notes.push(format!(
             "cgroup: {} major faults, peak usage {}",
             st.pgmajfault,
-            report::size(st.max_usage_bytes)
+            tiermem_host::format::bytes_exact_or_mib(st.max_usage_bytes)
         ));
     }
     Ok(report)

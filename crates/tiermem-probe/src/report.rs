@@ -2,6 +2,7 @@
 //! plots, and their human and JSON forms.
 
 use serde::{Deserialize, Serialize};
+use tiermem_host::format;
 
 /// One inferred parameter.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -114,8 +115,16 @@ impl Report {
             "parameter", "value", "confidence", "evidence"
         );
         let rows = [
-            ("cache size", size(self.cache_size.value), &self.cache_size),
-            ("line size", size(self.line_size.value), &self.line_size),
+            (
+                "cache size",
+                format::bytes_exact_or_mib(self.cache_size.value),
+                &self.cache_size,
+            ),
+            (
+                "line size",
+                format::bytes_exact_or_mib(self.line_size.value),
+                &self.line_size,
+            ),
             (
                 "prefetch",
                 format!("{} lines", self.prefetch.value),
@@ -141,9 +150,9 @@ impl Report {
         );
         s += &format!(
             "\nhit {} / miss {} (threshold {}); {} of {} sample batches discarded for timer interrupts; {:.1} s\n",
-            ns(self.hit_ns),
-            ns(self.miss_ns),
-            ns(self.evidence.threshold_ns),
+            format::ns_spaced(self.hit_ns),
+            format::ns_spaced(self.miss_ns),
+            format::ns_spaced(self.evidence.threshold_ns),
             self.disturbed_batches,
             self.total_batches,
             self.seconds
@@ -152,31 +161,5 @@ impl Report {
             s += &format!("note: {n}\n");
         }
         s
-    }
-}
-
-pub fn size(b: u64) -> String {
-    if b == 0 {
-        "0".into()
-    } else if b.is_multiple_of(1 << 30) {
-        format!("{} GiB", b >> 30)
-    } else if b >= 1 << 20 {
-        format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
-    } else if b.is_multiple_of(1024) {
-        format!("{} KiB", b >> 10)
-    } else {
-        format!("{b} B")
-    }
-}
-
-pub fn ns(v: f64) -> String {
-    if !v.is_finite() {
-        "-".into()
-    } else if v >= 1e6 {
-        format!("{:.2} ms", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} µs", v / 1e3)
-    } else {
-        format!("{v:.0} ns")
     }
 }

@@ -18,7 +18,8 @@ use tiermem_host::control::socket_name;
 
 use super::{exit_stats, guard, program_name};
 
-/// `off` disables the control socket.
+/// A switch turned off (`off`, `0`, `no`, `false`) disables the control
+/// socket.
 pub const ENV_CONTROL: &str = "TIERMEM_CONTROL";
 
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -28,7 +29,10 @@ pub fn start_once(rt: &'static Runtime) {
     if STARTED.swap(true, Ordering::AcqRel) {
         return;
     }
-    if std::env::var(ENV_CONTROL).is_ok_and(|v| v.eq_ignore_ascii_case("off")) {
+    // Only a switch turned off disables it: the socket is how `tiermem ctl`
+    // finds the process, so any other value keeps it.
+    let off = |v: String| tiermem_core::units::switch_from_text(&v) == Some(false);
+    if std::env::var(ENV_CONTROL).is_ok_and(off) {
         return;
     }
     let listener = match bind() {

@@ -254,3 +254,15 @@ fn set_errno(code: i32) {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() = code };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_threshold_is_the_settings_table() {
+        let row = tiermem_core::settings::known(ENV_MMAP_THRESHOLD);
+        let bytes = parse_size(ENV_MMAP_THRESHOLD, row.value).unwrap().resolve();
+        assert_eq!(bytes, DEFAULT_MMAP_THRESHOLD as u64);
+    }
+}

@@ -14,6 +14,7 @@ use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
 use tiermem_core::compress::settings::{ENV_COMPRESS, ENV_COMPRESS_SHARE};
 use tiermem_core::cpuidle::IdleWait;
 use tiermem_core::cpus::CpuChoice;
+use tiermem_core::settings;
 use tiermem_core::{parse_size, CompressSettings, Config, FaultDelivery, PolicyKind};
 
 use crate::bench_suite;
@@ -188,13 +189,13 @@ pub struct BenchArgs {
     dram: String,
     /// Backing store: a directory (a private file is made there), a file or a
     /// block device. Kernel swap puts its swapfile on the same filesystem.
-    #[arg(long, default_value = "/var/tmp", env = "TIERMEM_BACKING")]
+    #[arg(long, default_value = settings::known("TIERMEM_BACKING").value, env = "TIERMEM_BACKING")]
     backing: PathBuf,
     /// Page size: the unit of access and of tiermem paging (4K .. 2M).
-    #[arg(long, default_value = "4K", env = "TIERMEM_PAGE_SIZE")]
+    #[arg(long, default_value = settings::known("TIERMEM_PAGE_SIZE").value, env = "TIERMEM_PAGE_SIZE")]
     page_size: String,
     /// tiermem replacement policy: clock, fifo or s3fifo.
-    #[arg(long, default_value = "clock", env = "TIERMEM_POLICY")]
+    #[arg(long, default_value = settings::known("TIERMEM_POLICY").value, env = "TIERMEM_POLICY")]
     policy: String,
     /// tiermem userfaultfd handler threads (default: by CPU count).
     #[arg(long, env = "TIERMEM_HANDLER_THREADS")]
@@ -207,7 +208,7 @@ pub struct BenchArgs {
     #[arg(
         long,
         value_name = "handler|signal",
-        default_value = "handler",
+        default_value = settings::known("TIERMEM_FAULTS").value,
         env = "TIERMEM_FAULTS"
     )]
     faults: FaultDelivery,
@@ -233,7 +234,7 @@ pub struct BenchArgs {
     #[arg(
         long,
         value_name = "auto|on|off",
-        default_value = "auto",
+        default_value = settings::known("TIERMEM_ASYNC_IO").value,
         value_parser = |v: &str| v.parse::<tiermem_core::AsyncIo>().map_err(|e| e.to_string()),
         env = "TIERMEM_ASYNC_IO"
     )]
@@ -244,7 +245,7 @@ pub struct BenchArgs {
     #[arg(
         long,
         value_name = "lz4|off",
-        default_value = "lz4",
+        default_value = settings::known("TIERMEM_COMPRESS").value,
         env = "TIERMEM_COMPRESS"
     )]
     compress: String,

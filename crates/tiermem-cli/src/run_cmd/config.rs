@@ -1,12 +1,15 @@
 //! Resolving and checking the settings: flags over `TIERMEM_*` variables
-//! over defaults, with messages that name where a bad value came from.
+//! over defaults (through `tiermem_core::settings`), with messages that name
+//! where a bad value came from.
 
 use tiermem_core::config::{
     ENV_BACKING, ENV_DRAM, ENV_HANDLER_THREADS, ENV_PAGE_SIZE, ENV_POLICY, MAX_PAGE_SIZE,
     MIN_BUDGET_PAGES, MIN_PAGE_SIZE,
 };
 use tiermem_core::error_policy::ENV_ENCRYPT;
+use tiermem_core::settings::{self, Resolved, Source};
 use tiermem_core::{parse_size, Config, Error as CoreError};
+use tiermem_host::format::{exact_bytes, short_bytes};
 
 use super::args::RunArgs;
 use super::stop::Stop;
@@ -16,53 +19,25 @@ pub(super) const ENV_MMAP_THRESHOLD: &str = "TIERMEM_MMAP_THRESHOLD";
 /// Below this a program spends its time paging its own working set in and out.
 const MIN_RUN_BUDGET: u64 = 1 << 20;
 
-/// Where a setting's value came from, for messages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Source {
-    Flag(&'static str),
-    Env(&'static str),
-    Default,
-}
-
-impl Source {
-    fn describe(self, value: &str) -> String {
-        match self {
-            Source::Flag(flag) => format!("{flag} {value}"),
-            Source::Env(var) => format!("{var}={value}"),
-            Source::Default => "the default".to_string(),
-        }
-    }
-}
-
-/// The flag that sets each core setting.
-fn flag_for(args: &RunArgs, var: &str) -> Option<(&'static str, String)> {
-    let (flag, value) = match var {
-        ENV_DRAM => ("--dram", &args.dram),
-        ENV_BACKING => ("--backing", &args.backing),
-        ENV_PAGE_SIZE => ("--page-size", &args.page_size),
-        ENV_POLICY => ("--policy", &args.policy),
-        ENV_HANDLER_THREADS => ("--handler-threads", &args.handler_threads),
-        ENV_MMAP_THRESHOLD => ("--mmap-threshold", &args.mmap_threshold),
-        ENV_ENCRYPT if args.encrypt => return Some(("--encrypt", "on".to_string())),
-        _ => return args.organization.flag_for(var),
+/// The flag's value for each setting `tiermem run` has a flag for, if given.
+fn flag_for(args: &RunArgs, var: &str) -> Option<String> {
+    let value = match var {
+        ENV_DRAM => &args.dram,
+        ENV_BACKING => &args.backing,
+        ENV_PAGE_SIZE => &args.page_size,
+        ENV_POLICY => &args.policy,
+        ENV_HANDLER_THREADS => &args.handler_threads,
+        ENV_MMAP_THRESHOLD => &args.mmap_threshold,
+        ENV_ENCRYPT if args.encrypt => return Some("on".to_string()),
+        _ => return args.organization.flag_for(var).map(|(_, v)| v),
     };
-    value.clone().map(|v| (flag, v))
+    value.clone()
 }
 
-/// A setting's value and its source: the flag, else the environment.
-fn lookup(
-    args: &RunArgs,
-    env: &dyn Fn(&str) -> Option<String>,
-    var: &'static str,
-) -> Option<(String, Source)> {
-    if let Some((flag, value)) = flag_for(args, var) {
-        return Some((value, Source::Flag(flag)));
-    }
-    env(var).map(|v| (v, Source::Env(var)))
-}
-
-fn source_of(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>, var: &'static str) -> Source {
-    lookup(args, env, var).map_or(Source::Default, |(_, s)| s)
+/// What the user gave for a setting: the flag, else the environment.
+fn given(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>, var: &str) -> Option<Resolved> {
+    let setting = settings::setting(var)?;
+    settings::given(setting, flag_for(args, var), env)
 }
 
 /// The configuration the program will run with: flags over `TIERMEM_*`
@@ -71,7 +46,8 @@ pub(super) fn resolve_config(
     args: &RunArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, Stop> {
-    let get = |var: &str| flag_for(args, var).map(|(_, v)| v).or_else(|| env(var));
+    // The core fills in the defaults, from the same table.
+    let get = |var: &str| given(args, env, var).map(|r| r.value);
     // A budget below our floor gets our message (with the floor), even when
     // the core would also refuse it for holding fewer than 16 pages.
     precheck_budget(args, env)?;
@@ -80,21 +56,21 @@ pub(super) fn resolve_config(
             setting,
             value,
             expected,
-        } => match flag_for(args, setting) {
-            Some((flag, _)) => Stop::new(
+        } => match given(args, env, setting).map(|r| r.source) {
+            Some(Source::Flag(flag)) => Stop::new(
                 1,
                 format!("invalid {setting} '{value}' (from {flag}): {expected}"),
             ),
-            None => Stop::new(1, format!("invalid {setting} '{value}': {expected}")),
+            _ => Stop::new(1, format!("invalid {setting} '{value}': {expected}")),
         },
         other => Stop::new(1, other.to_string()),
     };
     let config = Config::from_lookup(get)
         .and_then(|c| c.check_transparent().map(|()| c))
         .map_err(invalid_setting)?;
-    let source = source_of(args, env, ENV_DRAM);
-    let shown = lookup(args, env, ENV_DRAM).map_or_else(String::new, |(v, _)| v);
-    check_budget(config.dram_budget, config.page_size as u64, source, &shown)?;
+    let from =
+        given(args, env, ENV_DRAM).map_or_else(|| "the default".to_string(), |r| r.describe());
+    check_budget(config.dram_budget, config.page_size as u64, &from)?;
     Ok(config)
 }
 
@@ -103,7 +79,9 @@ fn budget_floor(page_size: u64) -> u64 {
     MIN_RUN_BUDGET.max(page_size.saturating_mul(MIN_BUDGET_PAGES))
 }
 
-fn check_budget(budget: u64, page_size: u64, source: Source, text: &str) -> Result<(), Stop> {
+/// Refuses a budget below the floor; `from` says where it came from
+/// ([`Resolved::describe`]).
+fn check_budget(budget: u64, page_size: u64, from: &str) -> Result<(), Stop> {
     let floor = budget_floor(page_size);
     if budget >= floor {
         return Ok(());
@@ -114,48 +92,27 @@ fn check_budget(budget: u64, page_size: u64, source: Source, text: &str) -> Resu
             "a DRAM budget of {} ({}) is too small for a program to make progress: \
              the minimum is {} (at least 1 MiB and {MIN_BUDGET_PAGES} pages of {}).\n\
              Fix: give --dram {} or more, e.g. --dram 256M (or set TIERMEM_DRAM).",
-            exact_size(budget),
-            source.describe(text),
-            exact_size(floor),
-            exact_size(page_size),
-            short_size(floor),
+            exact_bytes(budget),
+            from,
+            exact_bytes(floor),
+            exact_bytes(page_size),
+            short_bytes(floor),
         ),
     ))
-}
-
-/// `bytes` in the largest binary unit that divides it: 8 KiB, 1 MiB, 1000 B.
-fn exact_size(bytes: u64) -> String {
-    let (value, unit) = split_unit(bytes);
-    format!("{value} {}", ["B", "KiB", "MiB", "GiB"][unit])
-}
-
-/// A size as a --dram value: 1M, 32M, 640K.
-fn short_size(bytes: u64) -> String {
-    let (value, unit) = split_unit(bytes);
-    format!("{value}{}", ["", "K", "M", "G"][unit])
-}
-
-/// `bytes` as value and unit index (0 = B .. 3 = GiB), exactly.
-fn split_unit(bytes: u64) -> (u64, usize) {
-    if bytes == 0 {
-        return (0, 0);
-    }
-    let unit = (bytes.trailing_zeros() / 10).min(3) as usize;
-    (bytes >> (unit * 10), unit)
 }
 
 /// The budget check on the values as written, before the core sees them. A
 /// value the core would reject for its syntax is left to the core.
 fn precheck_budget(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Stop> {
-    let Some((text, source)) = lookup(args, env, ENV_DRAM) else {
+    let Some(dram) = given(args, env, ENV_DRAM) else {
         return Ok(());
     };
-    let Ok(budget) = parse_size(ENV_DRAM, &text) else {
+    let Ok(budget) = parse_size(ENV_DRAM, &dram.value) else {
         return Ok(());
     };
-    let page_size = match lookup(args, env, ENV_PAGE_SIZE) {
+    let page_size = match given(args, env, ENV_PAGE_SIZE) {
         None => MIN_PAGE_SIZE as u64,
-        Some((p, _)) => match parse_size(ENV_PAGE_SIZE, &p) {
+        Some(p) => match parse_size(ENV_PAGE_SIZE, &p.value) {
             Ok(p) => p.resolve(),
             Err(_) => return Ok(()),
         },
@@ -165,7 +122,7 @@ fn precheck_budget(args: &RunArgs, env: &dyn Fn(&str) -> Option<String>) -> Resu
     if !page_ok {
         return Ok(());
     }
-    check_budget(budget.resolve(), page_size, source, &text)
+    check_budget(budget.resolve(), page_size, &dram.describe())
 }
 
 /// The mmap threshold to give the program, if the flag was given; a value
@@ -174,7 +131,11 @@ pub(super) fn resolve_mmap_threshold(
     args: &RunArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<String>, Stop> {
-    let Some((text, source)) = lookup(args, env, ENV_MMAP_THRESHOLD) else {
+    let Some(Resolved {
+        value: text,
+        source,
+    }) = given(args, env, ENV_MMAP_THRESHOLD)
+    else {
         return Ok(None);
     };
     if let Err(e) = parse_size(ENV_MMAP_THRESHOLD, &text) {
@@ -324,13 +285,13 @@ mod tests {
 
     #[test]
     fn sizes_are_shown_exactly() {
-        assert_eq!(exact_size(8192), "8 KiB");
-        assert_eq!(exact_size(1 << 20), "1 MiB");
-        assert_eq!(exact_size(100_000), "100000 B");
-        assert_eq!(exact_size(3 << 30), "3 GiB");
-        assert_eq!(short_size(32 << 20), "32M");
-        assert_eq!(short_size(640 << 10), "640K");
-        assert_eq!(short_size(1 << 40), "1024G");
+        assert_eq!(exact_bytes(8192), "8 KiB");
+        assert_eq!(exact_bytes(1 << 20), "1 MiB");
+        assert_eq!(exact_bytes(100_000), "100000 B");
+        assert_eq!(exact_bytes(3 << 30), "3 GiB");
+        assert_eq!(short_bytes(32 << 20), "32M");
+        assert_eq!(short_bytes(640 << 10), "640K");
+        assert_eq!(short_bytes(1 << 40), "1024G");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::str::FromStr;
 
 use crate::error::{invalid, Error, Result};
+use crate::settings::env_or_default;
 
 /// Codec of the compressed tier: `lz4` (the default) or `off`.
 pub const ENV_COMPRESS: &str = "TIERMEM_COMPRESS";
@@ -41,10 +42,15 @@ impl Codec {
 impl FromStr for Codec {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
+        // The codec's name, or a switch: on is the one codec there is.
         match s.trim().to_ascii_lowercase().as_str() {
-            "off" | "none" | "0" | "no" => Ok(Codec::Off),
-            "lz4" | "on" | "1" | "yes" => Ok(Codec::Lz4),
-            _ => Err(invalid(ENV_COMPRESS, s, "expected off or lz4")),
+            "none" => Ok(Codec::Off),
+            "lz4" => Ok(Codec::Lz4),
+            _ => match crate::units::switch_from_text(s) {
+                Some(true) => Ok(Codec::Lz4),
+                Some(false) => Ok(Codec::Off),
+                None => Err(invalid(ENV_COMPRESS, s, "expected off or lz4")),
+            },
         }
     }
 }
@@ -84,10 +90,10 @@ impl CompressSettings {
     /// Defaults overridden by the `TIERMEM_COMPRESS*` variables `lookup` returns.
     pub fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<CompressSettings> {
         let mut s = CompressSettings::default();
-        if let Some(v) = lookup(ENV_COMPRESS) {
+        if let Some(v) = env_or_default(ENV_COMPRESS, lookup) {
             s.codec = v.parse()?;
         }
-        if let Some(v) = lookup(ENV_COMPRESS_SHARE) {
+        if let Some(v) = env_or_default(ENV_COMPRESS_SHARE, lookup) {
             s.share_percent = v
                 .trim()
                 .trim_end_matches('%')
@@ -125,6 +131,17 @@ mod tests {
             |k: &'static str, v: &'static str| move |name: &str| (name == k).then(|| v.to_string());
         let off = CompressSettings::from_lookup(&set(ENV_COMPRESS, "off")).unwrap();
         assert!(!off.is_on());
+        for (v, codec) in [
+            ("none", Codec::Off),
+            ("No", Codec::Off),
+            ("false", Codec::Off),
+            ("LZ4", Codec::Lz4),
+            ("on", Codec::Lz4),
+            ("1", Codec::Lz4),
+        ] {
+            let s = CompressSettings::from_lookup(&set(ENV_COMPRESS, v)).unwrap();
+            assert_eq!(s.codec, codec, "{v}");
+        }
         let share = CompressSettings::from_lookup(&set(ENV_COMPRESS_SHARE, "30%")).unwrap();
         assert_eq!(share.share_percent, 30);
         let mut env = Vec::new();

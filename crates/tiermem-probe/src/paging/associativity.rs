@@ -62,7 +62,7 @@ impl Probe<'_> {
                             evidence: format!(
                                 "{} misses on lines {} apart after the first evict it ({}/{} trials); fewer ways never did",
                                 w,
-                                crate::report::size((d * l) as u64),
+                                tiermem_host::format::bytes_exact_or_mib((d * l) as u64),
                                 1 + yes,
                                 1 + votes.len()
                             ),

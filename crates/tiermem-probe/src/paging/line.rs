@@ -69,7 +69,7 @@ impl Probe<'_> {
                 if votes.1 == 0 {
                     self.notes.push(format!(
                         "line size: no usable sample at {}, taken as two lines",
-                        crate::report::size(1 << mid)
+                        tiermem_host::format::bytes_exact_or_mib(1 << mid)
                     ));
                 }
             }
@@ -110,7 +110,7 @@ impl Probe<'_> {
             confidence: vote_confidence(agree, total),
             evidence: format!(
                 "reverse pairs: {agree}/{total} samples around {} agree (same line below, different at and above)",
-                crate::report::size(line as u64)
+                tiermem_host::format::bytes_exact_or_mib(line as u64)
             ),
         }
     }

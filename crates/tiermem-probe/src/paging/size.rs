@@ -98,7 +98,7 @@ impl Probe<'_> {
                 confidence: 0.2,
                 evidence: format!(
                     "every block up to {} fit: the cache is at least that large",
-                    crate::report::size(lo as u64)
+                    tiermem_host::format::bytes_exact_or_mib(lo as u64)
                 ),
             };
         }
@@ -136,9 +136,9 @@ impl Probe<'_> {
                 "re-read hit ratio {:.0}% at {} (best of up to {SIZE_TRIES} blocks), {:.0}% at {} \
                  (one block)",
                 100.0 * r_lo,
-                crate::report::size(lo as u64),
+                tiermem_host::format::bytes_exact_or_mib(lo as u64),
                 100.0 * r_hi,
-                crate::report::size(hi as u64)
+                tiermem_host::format::bytes_exact_or_mib(hi as u64)
             ),
         }
     }

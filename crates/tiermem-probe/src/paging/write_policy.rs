@@ -114,15 +114,15 @@ impl Probe<'_> {
         }
         let evidence = format!(
             "write to a cached line {} vs read {} (first write {}); re-written after {} ms: {} ({}/{} trapped); misses evicting dirty lines {} vs clean {} ({:.2}x)",
-            crate::report::ns(w),
-            crate::report::ns(r),
-            crate::report::ns(median(&first_writes)),
+            tiermem_host::format::ns_spaced(w),
+            tiermem_host::format::ns_spaced(r),
+            tiermem_host::format::ns_spaced(median(&first_writes)),
             REWRITE_PAUSE.as_millis(),
-            crate::report::ns(median(&rewrites)),
+            tiermem_host::format::ns_spaced(median(&rewrites)),
             trapped,
             rewrites.len(),
-            crate::report::ns(dirty_miss),
-            crate::report::ns(clean_miss),
+            tiermem_host::format::ns_spaced(dirty_miss),
+            tiermem_host::format::ns_spaced(clean_miss),
             ratio
         );
         (policy, conf, evidence)
