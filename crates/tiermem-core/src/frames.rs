@@ -93,7 +93,7 @@ impl FramePool {
     }
 
     /// Returns the DRAM of idle frames beyond `keep_idle` to the kernel
-    /// (after a budget shrink, or when probation shrinks). The frames stay
+    /// (after a budget shrink). The frames stay
     /// allocatable and materialise again on use. The zaps run outside the
     /// lock, so a fault that releases a frame meanwhile does not wait.
     pub fn trim(&self, keep_idle: usize) {
@@ -116,6 +116,7 @@ impl FramePool {
     }
 
     /// Frames released, not handed out again, and still materialised.
+    #[cfg(test)]
     pub fn idle(&self) -> usize {
         self.free.lock().unwrap_or_else(|p| p.into_inner()).len()
     }

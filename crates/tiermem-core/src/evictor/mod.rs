@@ -38,10 +38,6 @@ use crate::store_errors::WRITE_RETRY;
 use crate::sys::mem::{Mapping, Zapper};
 use move_first::{Source, Staging};
 
-/// Idle frames the evictor keeps materialised: a few batches, the most that
-/// flows through probation between two rounds in steady state.
-const IDLE_FRAMES_KEPT: usize = 4 * BATCH;
-
 pub(crate) fn evictor_loop(rt: &Shared) {
     keep_off_the_fault_path();
     let mut ev = Evictor::new(rt);
@@ -177,7 +173,6 @@ impl<'a> Evictor<'a> {
         self.fit_pool_to_share();
         loop {
             let need = self.rt.pages_to_free();
-            self.trim_idle_frames();
             if need == 0 || self.rt.stopping() {
                 return;
             }
@@ -190,17 +185,6 @@ impl<'a> Evictor<'a> {
                 std::thread::sleep(Duration::from_micros(200));
                 return;
             }
-        }
-    }
-
-    /// Idle frames are not charged to the budget but stay resident until
-    /// returned: when probation shrinks (the policy's share changed), the
-    /// frames it gave up go back to the kernel, so the process's resident
-    /// memory stays within the budget. A few batches' worth stay, for the
-    /// frames that flow through probation in steady state.
-    fn trim_idle_frames(&self) {
-        if self.rt.frames.idle() > IDLE_FRAMES_KEPT * 2 {
-            self.rt.frames.trim(IDLE_FRAMES_KEPT);
         }
     }
 
