@@ -62,17 +62,19 @@ pub fn group_of(page: PageNo) -> Group {
     }
 }
 
-/// A page that left DRAM fewer than this many budgets' worth of evictions
-/// ago, and misses again, is thrashing: a cache this much larger would have
-/// held it. A block of pages read again after a sweep of several budgets
-/// comes back from further away and enters behind the hand, so it becomes
-/// resident at once; a loop of up to about this many budgets plus one is
-/// still recognised.
-pub const THRASH_DISTANCE_BUDGETS: u64 = 3;
+/// A page that left DRAM fewer than this many times the queued pages'
+/// worth of evictions ago, and misses again, is thrashing: a cache this
+/// much larger would have held it. With a quarter of the budget in
+/// probation that is about three budgets. A block of pages read again after
+/// a sweep of four budgets or more comes back from further away and enters
+/// behind the hand, so it becomes resident at once; a loop of up to about
+/// four budgets (a guest walking 768 MiB in 256 MiB, whose pages come back
+/// about 3.2 queued-pages' worth of evictions later) is still recognised.
+pub const THRASH_DISTANCE_BUDGETS: u64 = 4;
 
 /// Whether a page whose eviction mark is `mark` (0: none), missing when the
 /// eviction count is `now`, left DRAM within [`THRASH_DISTANCE_BUDGETS`]
-/// budgets of `resident` pages.
+/// times `resident` evictions.
 pub fn is_thrashing(mark: u32, now: u32, resident: usize) -> bool {
     mark != 0 && (now.wrapping_sub(mark) as u64) < THRASH_DISTANCE_BUDGETS * resident as u64
 }
