@@ -90,13 +90,19 @@ fn read_by(crates: &[&str]) -> BTreeSet<String> {
     found
 }
 
-fn readme_configuration_table() -> BTreeSet<String> {
+/// The README's Configuration section, up to the next section.
+fn readme_configuration_section() -> String {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
     let section = readme
         .split("\n## Configuration")
         .nth(1)
         .expect("a Configuration section");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    section.split("\n## ").next().unwrap_or(section).to_string()
+}
+
+fn readme_configuration_table() -> BTreeSet<String> {
+    let section = readme_configuration_section();
+    let section = section.as_str();
     let rows: String = section
         .lines()
         .filter(|l| l.starts_with('|'))
@@ -175,12 +181,8 @@ fn internal_variables_are_really_read() {
 /// the same order.
 #[test]
 fn the_readme_table_is_the_settings_table() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
-    let section = readme
-        .split("\n## Configuration")
-        .nth(1)
-        .expect("a Configuration section");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let section = readme_configuration_section();
+    let section = section.as_str();
     let rows: Vec<&str> = section
         .lines()
         .filter(|l| l.starts_with('|'))

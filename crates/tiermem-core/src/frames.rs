@@ -18,9 +18,6 @@ pub struct FramePool {
     frame_size: usize,
     /// LIFO, so recently used (already materialised) frames are reused first.
     free: Mutex<Vec<FrameNo>>,
-    /// Idle frames whose DRAM went back to the kernel ([`Self::trim`]):
-    /// handed out only when no materialised frame is free.
-    returned: Mutex<Vec<FrameNo>>,
     /// Frames never handed out yet, above which the pool is untouched.
     high_water: Mutex<FrameNo>,
     capacity: FrameNo,
@@ -37,7 +34,6 @@ impl FramePool {
             memory,
             frame_size,
             free: Mutex::new(Vec::new()),
-            returned: Mutex::new(Vec::new()),
             high_water: Mutex::new(0),
             capacity,
         })
@@ -45,14 +41,6 @@ impl FramePool {
 
     pub fn alloc(&self) -> Option<FrameNo> {
         if let Some(f) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Some(f);
-        }
-        if let Some(f) = self
-            .returned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-        {
             return Some(f);
         }
         let mut hw = self.high_water.lock().unwrap_or_else(|p| p.into_inner());
@@ -92,33 +80,15 @@ impl FramePool {
         unsafe { self.memory.as_ptr().add(frame as usize * self.frame_size) }
     }
 
-    /// Returns the DRAM of idle frames beyond `keep_idle` to the kernel
-    /// (after a budget shrink). The frames stay
-    /// allocatable and materialise again on use. The zaps run outside the
-    /// lock, so a fault that releases a frame meanwhile does not wait.
+    /// Returns the DRAM of idle frames to the kernel (after a budget
+    /// shrink). The frames stay allocatable and materialise again on use.
     pub fn trim(&self, keep_idle: usize) {
-        let longest_idle: Vec<FrameNo> = {
-            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-            let excess = free.len().saturating_sub(keep_idle);
-            // The bottom of the LIFO stack holds the longest-idle frames.
-            free.drain(..excess).collect()
-        };
-        if longest_idle.is_empty() {
-            return;
-        }
-        for &f in &longest_idle {
+        let free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let excess = free.len().saturating_sub(keep_idle);
+        // The bottom of the LIFO stack holds the longest-idle frames.
+        for &f in &free[..excess] {
             let _ = zap(self.ptr(f) as usize, self.frame_size);
         }
-        self.returned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(longest_idle);
-    }
-
-    /// Frames released, not handed out again, and still materialised.
-    #[cfg(test)]
-    pub fn idle(&self) -> usize {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Bytes of frames ever touched (the pool's DRAM high-water mark).
@@ -176,37 +146,5 @@ mod tests {
         // SAFETY: the frame is 4096 bytes, filled above.
         let copied = unsafe { std::slice::from_raw_parts(pool.ptr(frame), 4096) };
         assert_eq!(copied, &page[..]);
-    }
-
-    /// Whether the frame's page is in DRAM, as the kernel sees it.
-    fn materialised(pool: &FramePool, frame: FrameNo) -> bool {
-        let mut vec = 0u8;
-        // SAFETY: the frame is one page-aligned page of the pool's mapping;
-        // `vec` has room for that one page's byte.
-        let rc = unsafe { libc::mincore(pool.ptr(frame).cast(), 4096, &mut vec) };
-        assert_eq!(rc, 0, "mincore");
-        vec & 1 == 1
-    }
-
-    #[test]
-    fn trimmed_frames_leave_dram_once_and_come_back_on_use() {
-        let pool = FramePool::new(8, 4096).expect("frames");
-        let frames: Vec<FrameNo> = (0..8).map(|_| pool.alloc().expect("a frame")).collect();
-        for &f in &frames {
-            // SAFETY: the frame is ours, 4096 bytes.
-            unsafe { pool.ptr(f).write_bytes(0xab, 4096) };
-            pool.release(f);
-        }
-        pool.trim(2);
-        assert_eq!(pool.idle(), 2, "two stay materialised");
-        let gone = frames.iter().filter(|&&f| !materialised(&pool, f)).count();
-        assert_eq!(gone, 6, "the six longest idle went back to the kernel");
-        pool.trim(2);
-        assert_eq!(pool.idle(), 2, "a second trim finds nothing to return");
-        let again: Vec<FrameNo> = (0..8).map(|_| pool.alloc().expect("a frame")).collect();
-        assert!(pool.alloc().is_none(), "no frame twice");
-        let mut sorted = again.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, (0..8).collect::<Vec<_>>());
     }
 }

@@ -244,15 +244,13 @@ pub type PageNo = u32;
 pub const MAX_PAGES: u64 = u32::MAX as u64;
 
 /// The state words of every page of the arena, the frame index of each page
-/// in probation, each page's heat (see `policy::heat`) and when it last left
-/// DRAM (see `policy::duel`). The arrays live
+/// in probation, and each page's heat (see `policy::heat`). The arrays live
 /// in lazily committed anonymous memory, so an arena of millions of pages
 /// costs only what is touched.
 pub struct PageTable {
     states: Mapping,
     frames: Mapping,
     heat: Mapping,
-    evicted_at: Mapping,
     pages: u64,
     /// Only under signal delivery do threads wait for a page's owner here
     /// (handler threads wait in the kernel); elsewhere releasing a page
@@ -268,7 +266,6 @@ impl PageTable {
             states: Mapping::reserve(n * 8, "reserving the page-state table")?,
             frames: Mapping::reserve(n * 4, "reserving the probation frame table")?,
             heat: Mapping::reserve(n, "reserving the page heat table")?,
-            evicted_at: Mapping::reserve(n * 4, "reserving the page eviction table")?,
             pages,
             owner_waits: None,
         })
@@ -411,28 +408,15 @@ impl PageTable {
         unsafe { &*(self.heat.as_ptr() as *const AtomicU8).add(page as usize) }
     }
 
-    /// When `page` last left DRAM, as a count of the pages that had left
-    /// before it, plus one (0: not since it was allocated). The policy
-    /// writes it; wrapping after 2^32 evictions only blurs old marks.
-    #[inline]
-    pub fn evicted_at(&self, page: PageNo) -> &AtomicU32 {
-        assert!((page as u64) < self.pages);
-        // SAFETY: as for `word`, with u32 elements (page-aligned base, so
-        // every element is aligned).
-        unsafe { &*(self.evicted_at.as_ptr() as *const AtomicU32).add(page as usize) }
-    }
-
     /// Released memory starts cold: the heat of what a page held before
-    /// says nothing about what is allocated there next, nor does when it
-    /// last left DRAM.
+    /// says nothing about what is allocated there next.
     pub fn forget_heat(&self, page: PageNo) {
         self.heat(page).store(0, Ordering::Relaxed);
-        self.evicted_at(page).store(0, Ordering::Relaxed);
     }
 
     /// Bytes of page-table memory actually committed (touched) so far.
     pub fn committed_bytes(&self, touched_pages: u64) -> u64 {
-        touched_pages * 17
+        touched_pages * 13
     }
 }
 

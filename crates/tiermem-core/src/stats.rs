@@ -286,10 +286,6 @@ pub struct Stats {
     pub backing_is_block_device: bool,
     /// The replacement policy's name.
     pub policy: &'static str,
-    /// Where pages that miss enter the policy's order now: "recency"
-    /// (behind the hand) or "thrash-resistant" (at the hand, chosen when
-    /// the program cycles through more pages than the budget holds).
-    pub insertion: &'static str,
     /// Associativity, prefetch, write policy and inclusion, in words.
     pub organization: String,
     /// How faults read pages.

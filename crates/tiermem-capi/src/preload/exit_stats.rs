@@ -211,7 +211,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     let l = &s.fault_latency;
     let mut text = format!(
         "\n── tiermem: {program} (pid {pid}) ──────────────────────────────\n\
-         budget          {budget}, peak resident {peak} ({peak_pct} of budget), page {page} KiB, policy {policy} ({insertion} insertion)\n\
+         budget          {budget}, peak resident {peak} ({peak_pct} of budget), page {page} KiB, policy {policy}\n\
          organization    {organization}; conflict evictions {conflicts}, write-throughs {wts}\n\
          faults          {faults} (missing {missing}, write-protect {wp}, first touch {zero}); reads installed writable (write predicted) {predicted}\n\
          hit ratio       {hit} of faults served from DRAM without a device read\n\
@@ -225,7 +225,6 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         peak_pct = pct(s.peak_resident_bytes, s.budget_bytes),
         page = s.page_size / 1024,
         policy = s.policy,
-        insertion = s.insertion,
         organization = s.organization,
         conflicts = s.conflict_evictions,
         wts = s.write_throughs,
@@ -386,7 +385,6 @@ mod tests {
             page_ins: 50,
             page_size: 4096,
             policy: "clock",
-            insertion: "recency",
             ..Stats::default()
         };
         let v = stats_json("prog", 9, &s);

@@ -464,7 +464,6 @@ impl<'a> Evictor<'a> {
             let Some(state) = self.own_probation_page(page) else {
                 continue;
             };
-            rt.policy.note_eviction(&rt.table, page);
             let frame = rt.table.frame(page);
             let clean = !state.is_dirty() && state.slot().is_some();
             if !clean && frame_is_zero(rt.frames.ptr(frame), rt.page_size) {

@@ -31,23 +31,12 @@
 //! milliseconds once per change of working set; in steady state victims
 //! turn up within the first turn.
 //!
-//! **Insertion.** A page that enters on a read miss goes behind the hand,
-//! or, when the program cycles through more pages than the budget holds and
-//! the page left DRAM recently, at the hand: set dueling chooses
-//! (`policy::duel`). A page at the hand is
-//! among the next victims unless a reference shows up first (then it joins
-//! the ring); it still passes through probation, so a touch there rescues
-//! it without I/O.
-//!
 //! Cost per page: one 4 KiB copy into a frame when demoted, and for pages
 //! touched during probation one fault (a few microseconds) instead of a
 //! device read.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use crossbeam_queue::SegQueue;
 
-use super::duel::{group_of, is_thrashing, Duel, Group};
 use super::heat;
 use super::{mark_queued, unmark_queued, Policy};
 use crate::config::PolicyKind;
@@ -59,44 +48,27 @@ use crate::page_table::{Kind, PageNo, PageTable};
 /// shows no difference.
 const PROBATION_SHARE: u32 = 64;
 
-/// One CLOCK: a ring, and the pages that entered at its hand.
 #[derive(Default)]
-struct Hand {
+pub struct Clock {
     ring: SegQueue<PageNo>,
-    /// Pages that missed and entered at the hand: looked at before the ring.
-    at_hand: SegQueue<PageNo>,
 }
 
-impl Hand {
-    fn len(&self) -> usize {
-        self.ring.len() + self.at_hand.len()
+impl Policy for Clock {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Clock
     }
 
-    fn pick(&self, table: &PageTable, want: usize, out: &mut Vec<PageNo>) {
-        let want = out.len() + want;
-        self.pick_at_hand(table, want, out);
-        self.pick_in_ring(table, want, out);
-    }
-
-    /// Takes victims among the pages at the hand: a referenced one joins
-    /// the ring instead.
-    fn pick_at_hand(&self, table: &PageTable, want: usize, out: &mut Vec<PageNo>) {
-        while out.len() < want {
-            let Some(page) = self.at_hand.pop() else {
-                break;
-            };
-            let state = table.load(page);
-            if state.kind() == Kind::Resident && state.is_referenced() {
-                self.ring.push(page);
-                continue;
-            }
-            if unmark_queued(table, page).kind() == Kind::Resident {
-                out.push(page);
-            }
+    fn admit(&self, table: &PageTable, page: PageNo) {
+        if mark_queued(table, page) {
+            self.ring.push(page);
         }
     }
 
-    fn pick_in_ring(&self, table: &PageTable, want: usize, out: &mut Vec<PageNo>) {
+    fn note_miss(&self, table: &PageTable, page: PageNo) {
+        heat::on_miss(table, page);
+    }
+
+    fn pick_victims(&self, table: &PageTable, want: usize, out: &mut Vec<PageNo>) {
         // Each visit spends one credit in the first turn of the hand of this
         // call, two in the second, four in the third...: when every page is
         // warm (as after a change of working set) a call still ends within
@@ -125,118 +97,9 @@ impl Hand {
             }
         }
     }
-}
-
-/// CLOCK with set-dueling insertion. Each leader group keeps its own hand
-/// and at most its share of the queued pages (one in [`LEADER_SHARE`]), as
-/// a set of a set-associative cache does: its hit ratio is then that of its
-/// insertion alone, not of the mix.
-#[derive(Default)]
-pub struct Clock {
-    followers: Hand,
-    recency_leaders: Hand,
-    thrash_leaders: Hand,
-    duel: Duel,
-    /// Pages that have left DRAM, plus one: the clock of the eviction
-    /// marks (`PageTable::evicted_at`).
-    evictions: AtomicU32,
-}
-
-/// Each leader group holds one page in this many of the arena, and as many
-/// of the queued pages.
-const LEADER_SHARE: usize = 32;
-
-impl Clock {
-    /// Whether pages that miss now enter at the hand (for the stats).
-    pub fn thrash_resistant(&self) -> bool {
-        self.duel.thrash_resistant()
-    }
-
-    fn queued(&self) -> usize {
-        self.followers.len() + self.recency_leaders.len() + self.thrash_leaders.len()
-    }
-
-    /// Whether `page`, missing now, left DRAM recently enough to be
-    /// thrashing rather than the start of a new working set.
-    fn thrashing(&self, table: &PageTable, page: PageNo) -> bool {
-        let mark = table.evicted_at(page).load(Ordering::Relaxed);
-        is_thrashing(mark, self.evictions.load(Ordering::Relaxed), self.queued())
-    }
-
-    fn hand_of(&self, page: PageNo) -> &Hand {
-        match group_of(page) {
-            Group::RecencyLeader => &self.recency_leaders,
-            Group::ThrashLeader => &self.thrash_leaders,
-            Group::Follower => &self.followers,
-        }
-    }
-}
-
-impl Policy for Clock {
-    fn kind(&self) -> PolicyKind {
-        PolicyKind::Clock
-    }
-
-    fn admit(&self, table: &PageTable, page: PageNo) {
-        if mark_queued(table, page) {
-            self.hand_of(page).ring.push(page);
-        }
-    }
-
-    fn note_miss(&self, table: &PageTable, page: PageNo) {
-        heat::on_miss(table, page);
-        // Queued here, before `admit`: admit then finds the page queued and
-        // leaves it at the hand.
-        let thrashing = self.thrashing(table, page);
-        if self.duel.on_read_miss(page, thrashing) && mark_queued(table, page) {
-            self.hand_of(page).at_hand.push(page);
-        }
-    }
-
-    fn note_eviction(&self, table: &PageTable, page: PageNo) {
-        // Relaxed: marks only steer insertion. Skipping 0 keeps "never".
-        let mut now = self
-            .evictions
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(1);
-        if now == 0 {
-            now = self
-                .evictions
-                .fetch_add(1, Ordering::Relaxed)
-                .wrapping_add(1);
-        }
-        table.evicted_at(page).store(now, Ordering::Relaxed);
-    }
-
-    fn pick_victims(&self, table: &PageTable, want: usize, out: &mut Vec<PageNo>) {
-        let end = out.len() + want;
-        // Leaders over their share give up the excess first, followers the
-        // rest; leaders again if the followers ran dry.
-        // Every hand gives up pages, however small the budget: a leader
-        // page must never outlive the program's use of it.
-        let share = (self.queued() / LEADER_SHARE).max(1);
-        for leaders in [&self.recency_leaders, &self.thrash_leaders] {
-            let excess = leaders.len().saturating_sub(share);
-            leaders.pick(table, excess.min(end - out.len()), out);
-        }
-        for hand in [&self.followers, &self.recency_leaders, &self.thrash_leaders] {
-            hand.pick(table, end - out.len(), out);
-        }
-    }
 
     fn probation_share(&self) -> u32 {
-        // The same in both insertions: 1/16 while thrash-resistant held more
-        // of a loop (58% hits against 47% in tests/loop_resistance.rs) but
-        // cost zipf(0.99) 0.6-0.8 points of hits, since the duel turns
-        // thrash-resistant there at times.
         PROBATION_SHARE
-    }
-
-    fn insertion(&self) -> &'static str {
-        match self.thrash_resistant() {
-            true => "thrash-resistant",
-            false => "recency",
-        }
     }
 }
 
@@ -244,17 +107,6 @@ impl Policy for Clock {
 mod tests {
     use super::*;
     use crate::page_table::PageState;
-    use crate::policy::duel;
-
-    impl Clock {
-        /// Makes followers insert at the hand, as a thrashing loop would.
-        fn duel_towards_the_hand(&self) {
-            let leader = (0..).find(|&p| duel::group_of(p) == duel::Group::RecencyLeader);
-            for _ in 0..8 {
-                self.duel.on_read_miss(leader.unwrap(), true);
-            }
-        }
-    }
 
     fn resident(table: &PageTable, page: PageNo, referenced: bool) {
         table.update_unchecked(page, |s| {
@@ -301,13 +153,12 @@ mod tests {
 
     /// Eight resident pages in the ring, each missed often enough to
     /// saturate its uses.
-    fn eight_warm_pages(referenced: bool) -> (PageTable, Clock, Vec<PageNo>) {
-        let t = PageTable::new(64).unwrap();
+    fn eight_warm_pages(referenced: bool) -> (PageTable, Clock) {
+        let t = PageTable::new(16).unwrap();
         let clock = Clock::default();
-        let pages = followers(8);
-        for &page in &pages {
+        for page in 0..8 {
             for _ in 0..20 {
-                heat::on_miss(&t, page);
+                clock.note_miss(&t, page);
             }
             resident(&t, page, referenced);
             if !referenced {
@@ -315,20 +166,12 @@ mod tests {
             }
             clock.admit(&t, page);
         }
-        (t, clock, pages)
-    }
-
-    /// The first `n` pages that follow the duel (no leader hand of their own).
-    fn followers(n: usize) -> Vec<PageNo> {
-        (0..)
-            .filter(|&p| duel::group_of(p) == duel::Group::Follower)
-            .take(n)
-            .collect()
+        (t, clock)
     }
 
     #[test]
     fn the_hand_ends_when_every_page_is_referenced_again() {
-        let (t, clock, _) = eight_warm_pages(true);
+        let (t, clock) = eight_warm_pages(true);
         let mut out = Vec::new();
         clock.pick_victims(&t, 3, &mut out);
         assert_eq!(out.len(), 3, "credits delay victims, they never hide them");
@@ -337,137 +180,13 @@ mod tests {
     #[test]
     fn a_call_that_finds_no_victims_spends_credits_faster() {
         // Unreferenced, with the credits of an earlier reference.
-        let (t, clock, pages) = eight_warm_pages(false);
+        let (t, clock) = eight_warm_pages(false);
         // 14 credits each: 1 + 2 + 4 + 8 spent in four turns, picked in the
         // fifth, within one call.
         let mut out = Vec::new();
         clock.pick_victims(&t, 2, &mut out);
-        assert_eq!(out, pages[..2]);
-        assert!(
-            !heat::spend_credits(&t, pages[2], 1),
-            "the third page is next"
-        );
-    }
-
-    /// Reads `accesses` through a cache of `capacity` pages under `clock`
-    /// and returns the hit ratio. As in DRAM, a hit is not seen by the
-    /// policy; a miss is noted, admitted, and evicts a victim when full.
-    fn hit_ratio(
-        clock: &Clock,
-        t: &PageTable,
-        resident: &mut usize,
-        capacity: usize,
-        accesses: impl Iterator<Item = PageNo>,
-    ) -> f64 {
-        let (mut hits, mut total) = (0usize, 0usize);
-        let mut victims = Vec::new();
-        for page in accesses {
-            total += 1;
-            if t.load(page).kind() == Kind::Resident {
-                hits += 1;
-                continue;
-            }
-            clock.note_miss(t, page);
-            t.update_unchecked(page, |s| s.with_kind(Kind::Resident).with_referenced(false));
-            clock.admit(t, page);
-            *resident += 1;
-            victims.clear();
-            clock.pick_victims(t, resident.saturating_sub(capacity), &mut victims);
-            for &v in &victims {
-                clock.note_eviction(t, v);
-                t.update_unchecked(v, |s| s.with_kind(Kind::Stored));
-            }
-            *resident -= victims.len();
-        }
-        hits as f64 / total as f64
-    }
-
-    fn passes(pages: std::ops::Range<PageNo>, count: usize) -> impl Iterator<Item = PageNo> {
-        (0..count).flat_map(move |_| pages.clone())
-    }
-
-    #[test]
-    fn a_loop_larger_than_the_budget_keeps_a_fixed_part_resident() {
-        // 6,144 pages in 4,096: recency order loses every page just before
-        // its turn; a fixed part of the loop hits in up to 2/3 of accesses.
-        let t = PageTable::new(8192).unwrap();
-        let clock = Clock::default();
-        let mut resident = 0;
-        hit_ratio(&clock, &t, &mut resident, 4096, passes(0..6144, 10));
-        let steady = hit_ratio(&clock, &t, &mut resident, 4096, passes(0..6144, 10));
-        assert!(clock.thrash_resistant());
-        assert!(steady > 0.5, "hit ratio {steady:.3} in a 6,144-page loop");
-    }
-
-    #[test]
-    fn a_working_set_that_fits_stays_resident_after_a_change() {
-        // A loop that thrashes turns insertion to the hand; a new working
-        // set that fits must then still become resident. Its pages have not
-        // left DRAM recently, so they enter behind the hand at once.
-        let t = PageTable::new(16384).unwrap();
-        let clock = Clock::default();
-        let mut resident = 0;
-        hit_ratio(&clock, &t, &mut resident, 4096, passes(0..6144, 10));
-        assert!(clock.thrash_resistant());
-        hit_ratio(&clock, &t, &mut resident, 4096, passes(8192..11392, 20));
-        let steady = hit_ratio(&clock, &t, &mut resident, 4096, passes(8192..11392, 10));
-        assert!(
-            steady > 0.95,
-            "hit ratio {steady:.3} for 3,200 pages in 4,096"
-        );
-    }
-
-    #[test]
-    fn part_of_a_loop_that_fits_becomes_resident_again() {
-        // After the loop, its first 3,200 pages are read over and over: they
-        // left DRAM recently, so they enter at the hand until the duel sees
-        // that recency insertion keeps them.
-        let t = PageTable::new(8192).unwrap();
-        let clock = Clock::default();
-        let mut resident = 0;
-        hit_ratio(&clock, &t, &mut resident, 4096, passes(0..6144, 10));
-        assert!(clock.thrash_resistant());
-        hit_ratio(&clock, &t, &mut resident, 4096, passes(0..3200, 40));
-        let steady = hit_ratio(&clock, &t, &mut resident, 4096, passes(0..3200, 10));
-        assert!(!clock.thrash_resistant());
-        assert!(
-            steady > 0.95,
-            "hit ratio {steady:.3} for 3,200 pages in 4,096"
-        );
-    }
-
-    #[test]
-    fn a_page_at_the_hand_that_is_referenced_joins_the_ring() {
-        let t = PageTable::new(16).unwrap();
-        let clock = Clock::default();
-        clock.duel_towards_the_hand();
-        let page = (0..16)
-            .find(|&p| duel::group_of(p) == duel::Group::Follower)
-            .unwrap();
-        let other = (page + 1..16)
-            .find(|&p| duel::group_of(p) == duel::Group::Follower)
-            .unwrap();
-        for p in [page, other] {
-            clock.note_miss(&t, p);
-            resident(&t, p, p == page);
-            clock.admit(&t, p);
-        }
-        let mut out = Vec::new();
-        clock.pick_victims(&t, 1, &mut out);
-        assert_eq!(out, [other], "the referenced page stays");
-        assert_eq!(clock.followers.ring.len(), 1);
-    }
-
-    #[test]
-    fn a_leader_page_leaves_when_new_pages_flood_its_group() {
-        // Page 0 is a recency leader: a flood of four times the cache must
-        // push it out, as it pushes out every follower that came first.
-        assert_eq!(duel::group_of(0), duel::Group::RecencyLeader);
-        let t = PageTable::new(4096).unwrap();
-        let clock = Clock::default();
-        let mut resident = 0;
-        hit_ratio(&clock, &t, &mut resident, 512, 0..2048);
-        assert_eq!(t.load(0).kind(), Kind::Stored, "page 0 outlived the flood");
+        assert_eq!(out, [0, 1]);
+        assert!(!heat::spend_credits(&t, 2, 1), "page 2 is next");
     }
 
     #[test]

@@ -6,7 +6,6 @@
 //! write fault or a probation hit shows that a page is in use.
 
 mod clock;
-pub(crate) mod duel;
 mod fifo;
 pub(crate) mod heat;
 mod s3fifo;
@@ -30,10 +29,6 @@ pub trait Policy: Send + Sync {
     /// fault path before [`Policy::admit`]: it must not block or allocate.
     fn note_miss(&self, _table: &PageTable, _page: PageNo) {}
 
-    /// `page` leaves DRAM (for the store, the compressed tier, or as a
-    /// dropped clean or zero page). Called by the evictor only.
-    fn note_eviction(&self, _table: &PageTable, _page: PageNo) {}
-
     /// Appends up to `want` resident pages to `out`, best victims first. The
     /// caller re-checks each page's state when it takes ownership.
     fn pick_victims(&self, table: &PageTable, want: usize, out: &mut Vec<PageNo>);
@@ -41,11 +36,6 @@ pub trait Policy: Send + Sync {
     /// Share of the budget (in 1/256ths) held as probation: pages unmapped
     /// but still in DRAM, so that a touch is seen as a reference without I/O.
     fn probation_share(&self) -> u32;
-
-    /// Where pages that miss enter the order now, in words for the stats.
-    fn insertion(&self) -> &'static str {
-        "recency"
-    }
 }
 
 pub fn new_policy(kind: PolicyKind) -> Box<dyn Policy> {

@@ -146,7 +146,6 @@ impl Runtime {
         s.page_in_latency = rt.page_in_latency.summary();
         s.read_latency = rt.read_latency.summary();
         s.policy = rt.policy.kind().name();
-        s.insertion = rt.policy.insertion();
         s.organization = rt.config.organization.describe();
         let info = rt.store().info();
         s.io_engine = rt.io_engine();
