@@ -284,17 +284,6 @@ mod tests {
     }
 
     #[test]
-    fn sizes_are_shown_exactly() {
-        assert_eq!(exact_bytes(8192), "8 KiB");
-        assert_eq!(exact_bytes(1 << 20), "1 MiB");
-        assert_eq!(exact_bytes(100_000), "100000 B");
-        assert_eq!(exact_bytes(3 << 30), "3 GiB");
-        assert_eq!(short_bytes(32 << 20), "32M");
-        assert_eq!(short_bytes(640 << 10), "640K");
-        assert_eq!(short_bytes(1 << 40), "1024G");
-    }
-
-    #[test]
     fn mmap_threshold_is_checked_and_passed_only_from_the_flag() {
         let none = |_: &str| None;
         assert_eq!(
