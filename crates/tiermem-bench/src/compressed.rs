@@ -35,6 +35,8 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 pub struct CompressedOptions {
     pub zswap: ZswapOptions,
     pub zram: ZramOptions,
+    /// kernel-zswap's pool counted against the budget (`--pool-in-budget`).
+    pub pool_in_budget: Option<zswap::PoolInBudget>,
 }
 
 /// Where a compressed mode's statistics come from.
@@ -95,11 +97,18 @@ pub fn create(
             let offered = zswap::offered_compressors(&crypto);
             // Checked before the sandbox exists, so a typo costs nothing.
             zswap::check_compressor(&options.zswap.compressor, &offered)?;
-            let sandbox = SwapSandbox::create(base)?;
+            let mut spec = base.clone();
+            let mut zswap_options = options.zswap.clone();
+            if let Some(split) = &options.pool_in_budget {
+                spec.memory_limit_bytes = split.cgroup_limit_bytes;
+                zswap_options.max_pool_percent = Some(split.max_pool_percent);
+                notes.push(split.describe());
+            }
+            let sandbox = SwapSandbox::create(&spec)?;
             let guard = Arc::new(zswap::enable(
                 Path::new(zswap::PARAMS_DIR),
                 state_dir,
-                &options.zswap,
+                &zswap_options,
                 &offered,
             )?);
             sandbox.add_restore(Arc::clone(&guard));

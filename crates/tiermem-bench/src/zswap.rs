@@ -87,6 +87,80 @@ pub fn check_compressor(wanted: &str, offered: &[String]) -> anyhow::Result<()> 
     }
 }
 
+/// `kernel-zswap` with its pool counted against the budget, as tiermem's
+/// pool is: zswap's pool capped at tiermem's share of the budget and the
+/// cgroup's limit lowered by that cap, so that both modes hold their
+/// resident and compressed pages in the same DRAM. Under the cgroup v1
+/// memory controller zswap's pool is charged to no cgroup, so without this
+/// the kernel mode has the whole budget plus its pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolInBudget {
+    /// zswap's `max_pool_percent`: its only cap, in whole percents of the
+    /// machine's memory.
+    pub max_pool_percent: u32,
+    /// That cap in bytes.
+    pub pool_cap_bytes: u64,
+    /// The cgroup's limit: the budget less the cap.
+    pub cgroup_limit_bytes: u64,
+    /// tiermem's pool share matching the cap, in percent of the budget.
+    pub tiermem_share_percent: u32,
+}
+
+/// The split for a `budget` of which tiermem's pool may take
+/// `share_percent`, on a machine of `ram` bytes. zswap's cap moves in
+/// steps of 1% of `ram`, so the cap is the step nearest the share, and
+/// tiermem's share follows it (to the nearest percent). Refused when no
+/// step fits tiermem's range of shares.
+pub fn pool_in_budget(
+    budget: u64,
+    share_percent: u32,
+    ram: u64,
+    shares: std::ops::RangeInclusive<u32>,
+) -> anyhow::Result<PoolInBudget> {
+    anyhow::ensure!(ram > 0 && budget > 0, "no budget or no memory to split");
+    let wanted = budget as f64 * f64::from(share_percent) / 100.0;
+    let step = ram as f64 / 100.0;
+    let max_pool_percent = ((wanted / step).round() as u32).max(1);
+    let pool_cap_bytes = ram / 100 * u64::from(max_pool_percent);
+    let tiermem_share_percent = (pool_cap_bytes as f64 * 100.0 / budget as f64).round() as u32;
+    if !shares.contains(&tiermem_share_percent) {
+        let mib = |b: f64| b / 1048576.0;
+        bail!(
+            "--pool-in-budget: zswap caps its pool in steps of 1% of this machine's memory \
+             ({:.1} MiB), and the step nearest {share_percent}% of the {:.1} MiB budget is \
+             {:.0}% of the budget, outside the {}-{}% tiermem's pool can take; use a budget \
+             of at least {:.0} MiB",
+            mib(step),
+            mib(budget as f64),
+            f64::from(tiermem_share_percent),
+            shares.start(),
+            shares.end(),
+            (mib(step) * 100.0 / f64::from(*shares.end())).ceil(),
+        );
+    }
+    Ok(PoolInBudget {
+        max_pool_percent,
+        pool_cap_bytes,
+        cgroup_limit_bytes: budget - pool_cap_bytes,
+        tiermem_share_percent,
+    })
+}
+
+impl PoolInBudget {
+    /// What the report says of the split.
+    pub fn describe(&self) -> String {
+        format!(
+            "pool in budget: zswap's pool at most {}% of the machine's memory ({:.1} MiB), \
+             the cgroup limited to the rest of the budget ({:.1} MiB); tiermem's pool at most \
+             {}% of the budget",
+            self.max_pool_percent,
+            self.pool_cap_bytes as f64 / 1048576.0,
+            self.cgroup_limit_bytes as f64 / 1048576.0,
+            self.tiermem_share_percent
+        )
+    }
+}
+
 /// Saves zswap's parameters in `params_dir` and switches zswap on with
 /// `options`; the guard puts everything back.
 pub fn enable(
@@ -248,6 +322,33 @@ mod tests {
                           type         : scomp\n\nname         : sha256\n\
                           type         : shash\n\nname         : deflate\n\
                           type         : acomp\n\nname         : lzo\ntype         : scomp\n";
+
+    #[test]
+    fn the_pool_in_budget_takes_the_nearest_step_and_the_cgroup_the_rest() {
+        let gib = 1u64 << 30;
+        let ram = 24 * gib;
+        let split = pool_in_budget(512 << 20, 50, ram, 1..=90).unwrap();
+        assert_eq!(split.max_pool_percent, 1);
+        assert_eq!(split.pool_cap_bytes, ram / 100);
+        assert_eq!(split.cgroup_limit_bytes, (512 << 20) - ram / 100);
+        assert_eq!(split.tiermem_share_percent, 48);
+        let split = pool_in_budget(4 * gib, 50, ram, 1..=90).unwrap();
+        assert_eq!(split.max_pool_percent, 8);
+        assert_eq!(split.tiermem_share_percent, 48);
+        assert_eq!(split.pool_cap_bytes + split.cgroup_limit_bytes, 4 * gib);
+    }
+
+    #[test]
+    fn a_budget_below_one_step_of_zswap_is_refused_with_the_smallest_that_works() {
+        let ram = 24u64 << 30;
+        let err = pool_in_budget(256 << 20, 50, ram, 1..=90)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("245.8 MiB") && err.contains("at least 274 MiB"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn compressors_come_from_proc_crypto() {

@@ -46,6 +46,7 @@ impl CompressedArgs {
                 compressor: self.zram_compressor.clone(),
                 disksize,
             },
+            pool_in_budget: None,
         })
     }
 }

@@ -286,7 +286,7 @@ fn signal_fault_delivery_runs_verifies_and_is_reported() {
 fn bad_flags_are_refused_clearly() {
     // Each bad value, and the words the refusal must name: the flag or the
     // value, and the accepted forms.
-    let cases: [(&[&str], &[&str]); 4] = [
+    let cases: [(&[&str], &[&str]); 7] = [
         (&["--dram", "lots"], &["--dram", "lots", "256M"]),
         (
             &["--pattern", "zipf:abc"],
@@ -296,6 +296,24 @@ fn bad_flags_are_refused_clearly() {
         (
             &["--faults", "irq"],
             &["--faults", "irq", "handler or signal"],
+        ),
+        (
+            &["--pool-in-budget"],
+            &["--pool-in-budget", "add it to --modes"],
+        ),
+        (
+            &["--pool-in-budget", "--modes", "kernel-zswap,kernel-zram"],
+            &["kernel-zram", "mem_limit"],
+        ),
+        (
+            &[
+                "--pool-in-budget",
+                "--modes",
+                "kernel-zswap",
+                "--dram",
+                "64M",
+            ],
+            &["steps of 1%", "use a budget of at least"],
         ),
     ];
     for (flags, words) in cases {

@@ -9,6 +9,9 @@ use std::process::Command;
 
 const ZSWAP: &str = "/sys/module/zswap/parameters";
 const ZRAM: &str = "/sys/block/zram0";
+/// The compressed modes refuse to run while another swap area is on, so
+/// this file's tests, each of which turns swap on, take turns.
+static MACHINE_SWAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -55,6 +58,7 @@ fn active_swaps() -> Vec<String> {
 
 #[test]
 fn zswap_and_zram_store_pages_compressed_and_leave_the_machine_as_it_was() {
+    let _turn = MACHINE_SWAP.lock().unwrap_or_else(|p| p.into_inner());
     if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
         eprintln!("skipped: needs root and the cgroup v1 memory controller");
         return;
@@ -127,4 +131,78 @@ fn zswap_and_zram_store_pages_compressed_and_leave_the_machine_as_it_was() {
             "{name}: no note on the tier: {r}"
         );
     }
+}
+
+#[test]
+fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
+    let _turn = MACHINE_SWAP.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        eprintln!("skipped: needs root and the cgroup v1 memory controller");
+        return;
+    }
+    let before = machine_settings();
+    let out = Command::new(env!("CARGO_BIN_EXE_tiermem"))
+        .args([
+            "bench",
+            "--modes",
+            "tiermem,kernel-zswap",
+            "--pool-in-budget",
+        ])
+        .args(["--data", "text", "--working-set", "1536M", "--dram", "512M"])
+        .args(["--duration", "1", "--warmup", "0.2"])
+        .args(["--no-device-check", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(machine_settings(), before, "settings not restored");
+    assert!(active_swaps().is_empty(), "swap left on");
+    if !out.status.success() && stderr.contains("steps of 1%") {
+        eprintln!("skipped: this machine's memory is too large for a 512M budget: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "bench failed: {stdout}\n{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let results = json["results"].as_array().unwrap();
+    let zswap = results
+        .iter()
+        .find(|r| r["mode"] == "kernel-zswap")
+        .unwrap_or_else(|| panic!("no kernel-zswap in {stdout}"));
+    let v = &zswap["verify"];
+    assert_eq!(v["lost"].as_u64(), Some(0), "{v}");
+    assert_eq!(v["corrupted"].as_u64(), Some(0), "{v}");
+    let notes = zswap["notes"].to_string();
+    let split = notes
+        .split("pool in budget: zswap's pool at most ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no split in the notes: {notes}"));
+    let percent: u64 = split.split('%').next().unwrap().parse().unwrap();
+    let ram = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let ram_kib: u64 = ram
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let cap = ram_kib * 1024 / 100 * percent;
+    let pool = zswap["counters"]["zswap_pool_total_size"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(pool > 0.0, "zswap stored nothing: {zswap}");
+    // zswap stops storing once past its cap, by at most a few pages.
+    assert!(
+        pool <= cap as f64 * 1.02,
+        "pool of {pool} bytes past its cap of {cap}: {zswap}"
+    );
+    let tiermem = results.iter().find(|r| r["mode"] == "tiermem").unwrap();
+    let tier_notes = tiermem["notes"].to_string();
+    let share = split.split("tiermem's pool at most ").nth(1).unwrap();
+    let share = share.split('%').next().unwrap();
+    assert!(
+        tier_notes.contains(&format!("at most {share}% of the budget")),
+        "tiermem's share is not zswap's: {tier_notes} / {notes}"
+    );
 }

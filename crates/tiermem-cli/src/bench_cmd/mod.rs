@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
+use tiermem_bench::compressed::CompressedOptions;
 use tiermem_bench::page_data::PageData;
 use tiermem_bench::plot;
 use tiermem_bench::result::Mode;
 use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
 use tiermem_bench::scan_resistance::ScanShape;
 use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
+use tiermem_bench::zswap::PoolInBudget;
 use tiermem_core::compress::settings::{ENV_COMPRESS, ENV_COMPRESS_SHARE};
 use tiermem_core::cpuidle::IdleWait;
 use tiermem_core::cpus::CpuChoice;
@@ -284,6 +286,17 @@ pub struct BenchArgs {
     modes: Vec<Mode>,
     #[command(flatten)]
     compressed: CompressedArgs,
+    /// kernel-zswap: count zswap's pool against --dram, as tiermem's pool
+    /// is. Under the cgroup v1 memory controller zswap's pool is charged to
+    /// no cgroup, so by default kernel-zswap has the whole budget for
+    /// resident pages plus its pool. With this flag the pool is capped at
+    /// tiermem's share of the budget (--compress-share) and the cgroup's
+    /// limit is the rest; zswap caps its pool in whole percents of the
+    /// machine's memory, so the cap is the percent nearest the share, and
+    /// tiermem's share follows it (the report says both). Needs
+    /// kernel-zswap in --modes; conflicts with --zswap-max-pool-percent.
+    #[arg(long, conflicts_with = "zswap_max_pool_percent")]
+    pool_in_budget: bool,
     /// Skip the quick measurement of the backing device: its QD1 4 KiB read
     /// latency (every run) and, for --pattern sequential, its sequential
     /// read bandwidth.
@@ -358,9 +371,11 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
     if let Some(n) = args.handler_threads {
         builder = builder.handler_threads(n);
     }
+    let pool_in_budget = pool_in_budget(args, size("--dram", &args.dram)?)?;
+    let share = pool_in_budget.map_or(args.compress_share, |p| p.tiermem_share_percent);
     let compress = CompressSettings::from_lookup(&|var| match var {
         ENV_COMPRESS => Some(args.compress.clone()),
-        ENV_COMPRESS_SHARE => Some(args.compress_share.to_string()),
+        ENV_COMPRESS_SHARE => Some(share.to_string()),
         _ => None,
     })?;
     let io = tiermem_core::IoSettings {
@@ -389,7 +404,10 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
     } else {
         args.modes.clone()
     };
-    let compressed = args.compressed.options()?;
+    let compressed = CompressedOptions {
+        pool_in_budget,
+        ..args.compressed.options()?
+    };
     let exe = std::env::current_exe().context("locating the tiermem binary")?;
     let cpus = match &args.cpus {
         Some(choice) => {
@@ -419,6 +437,34 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         cpus,
         compressed,
     })
+}
+
+/// `--pool-in-budget`'s split of the budget, checked against the modes.
+fn pool_in_budget(args: &BenchArgs, budget: u64) -> anyhow::Result<Option<PoolInBudget>> {
+    if !args.pool_in_budget {
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        !args.suite,
+        "--pool-in-budget applies to kernel-zswap, which --suite does not run"
+    );
+    anyhow::ensure!(
+        args.modes.contains(&Mode::KernelZswap),
+        "--pool-in-budget applies to kernel-zswap: add it to --modes"
+    );
+    anyhow::ensure!(
+        !args.modes.contains(&Mode::KernelZram),
+        "--pool-in-budget does not apply to kernel-zram: zram's only cap on its memory \
+         (mem_limit) fails the swap-outs beyond it instead of passing them to a slower swap \
+         area, so its pool cannot be held to a share of the budget; run kernel-zram alone"
+    );
+    let split = tiermem_bench::zswap::pool_in_budget(
+        budget,
+        args.compress_share,
+        tiermem_core::sys::physical_ram_bytes(),
+        1..=tiermem_core::compress::settings::MAX_SHARE_PERCENT,
+    )?;
+    Ok(Some(split))
 }
 
 /// The workload and its working-set size. Scan resistance derives its sizes

@@ -18,7 +18,8 @@ pub const ENV_COMPRESS_SHARE: &str = "TIERMEM_COMPRESS_SHARE";
 /// Incompressible data never enters the pool, so the share costs it
 /// nothing.
 pub const DEFAULT_SHARE_PERCENT: u32 = 50;
-const MAX_SHARE_PERCENT: u32 = 90;
+/// The largest share of the budget the pool may take.
+pub const MAX_SHARE_PERCENT: u32 = 90;
 
 /// How evicted pages are compressed before they reach the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
