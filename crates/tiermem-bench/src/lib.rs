@@ -10,7 +10,6 @@ pub mod cgroup;
 pub mod compressed;
 pub mod device_limit;
 pub mod device_ref;
-pub mod histogram;
 pub mod hit_ratio;
 pub mod kernel_swap;
 mod mix;

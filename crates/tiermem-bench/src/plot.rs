@@ -20,13 +20,13 @@ use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::histogram::LatencyHistogram;
 use crate::report::{human_bytes, human_ns};
 use crate::result::{Mode, ModeResult};
 use crate::worker::{Workload, WorkloadSpec};
 use tiermem_host::format;
+use tiermem_host::histogram::LatencyHistogram;
 
-/// Steps per power of two: four sub-bins of the histogram each, fine
+/// Steps per power of two, each holding whole bins of the histogram: fine
 /// enough to separate a 9 µs fault from a 15 µs one and coarse enough that
 /// a few thousand samples still draw a smooth outline.
 const STEPS_PER_OCTAVE: u32 = 4;
@@ -214,8 +214,8 @@ fn series_of(result: &ModeResult) -> Series {
         format!(
             "{}: p50 {}, p99 {}, {} accesses",
             result.mode.name(),
-            human_ns(h.percentile(50.0) as f64),
-            human_ns(h.percentile(99.0) as f64),
+            human_ns(h.quantile(0.5) as f64),
+            human_ns(h.quantile(0.99) as f64),
             h.count()
         )
     };

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::histogram::LatencyHistogram;
 use crate::hit_ratio::HitRatio;
 use crate::scan_resistance::shape::ScanResistanceResult;
+use tiermem_host::histogram::LatencyHistogram;
 
 /// Which memory system a run measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

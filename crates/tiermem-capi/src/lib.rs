@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tiermem_core::{global, Config, Error, Runtime, Stats};
+use tiermem_core::{global, settings, Config, Error, Runtime, Stats};
 
 mod preload;
 
@@ -204,57 +204,62 @@ unsafe fn opt_str(p: *const c_char) -> Option<String> {
     (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
 }
 
-/// Applies the non-zero fields of `cfg` over the environment's configuration.
+/// The value `cfg` gives the setting of variable `var`, as text for the
+/// setting's parser: a non-zero number or a non-NULL string; zero and NULL
+/// give nothing.
+///
+/// # Safety
+/// `cfg`'s strings must be NULL or NUL-terminated.
+unsafe fn field_for(cfg: &TmConfig, var: &str) -> Option<String> {
+    use tiermem_core::config::{
+        ENV_BACKING, ENV_BACKING_SIZE, ENV_DRAM, ENV_FAULTS, ENV_HANDLER_THREADS, ENV_PAGE_SIZE,
+        ENV_POLICY,
+    };
+    use tiermem_core::organization::{
+        ENV_ASSOCIATIVITY, ENV_INCLUSION, ENV_PREFETCH, ENV_PRESET, ENV_WRITE_POLICY,
+    };
+    let number = |n: u64| (n != 0).then(|| n.to_string());
+    match var {
+        ENV_DRAM => number(cfg.dram_budget),
+        ENV_BACKING => opt_str(cfg.backing_path),
+        ENV_BACKING_SIZE => number(cfg.backing_size),
+        ENV_PAGE_SIZE => number(cfg.page_size),
+        ENV_POLICY => opt_str(cfg.policy),
+        ENV_HANDLER_THREADS => number(u64::from(cfg.handler_threads)),
+        ENV_PRESET => opt_str(cfg.preset),
+        ENV_ASSOCIATIVITY => opt_str(cfg.associativity),
+        ENV_PREFETCH => opt_str(cfg.prefetch),
+        ENV_WRITE_POLICY => opt_str(cfg.write_policy),
+        ENV_INCLUSION => opt_str(cfg.inclusion),
+        ENV_FAULTS => opt_str(cfg.faults),
+        _ => None,
+    }
+}
+
+/// The configuration of `cfg` over the environment's: each setting is
+/// resolved by `tiermem_core::settings`, a field of `cfg` taking the place of
+/// a command-line flag (it wins over the variable), and the core fills in
+/// the defaults from the same table.
 ///
 /// # Safety
 /// `cfg` must point to a valid `tm_config` whose strings are NUL-terminated.
 unsafe fn config_from(cfg: &TmConfig) -> Result<Config, Error> {
-    let mut env: Vec<(&'static str, String)> = Vec::new();
-    if cfg.dram_budget != 0 {
-        env.push((tiermem_core::config::ENV_DRAM, cfg.dram_budget.to_string()));
-    }
-    if let Some(path) = opt_str(cfg.backing_path) {
-        env.push((tiermem_core::config::ENV_BACKING, path));
-    }
-    if cfg.backing_size != 0 {
-        env.push((
-            tiermem_core::config::ENV_BACKING_SIZE,
-            cfg.backing_size.to_string(),
-        ));
-    }
-    if cfg.page_size != 0 {
-        env.push((
-            tiermem_core::config::ENV_PAGE_SIZE,
-            cfg.page_size.to_string(),
-        ));
-    }
-    if let Some(policy) = opt_str(cfg.policy) {
-        env.push((tiermem_core::config::ENV_POLICY, policy));
-    }
-    if cfg.handler_threads != 0 {
-        env.push((
-            tiermem_core::config::ENV_HANDLER_THREADS,
-            cfg.handler_threads.to_string(),
-        ));
-    }
-    use tiermem_core::organization as org;
-    for (var, value) in [
-        (org::ENV_PRESET, cfg.preset),
-        (org::ENV_ASSOCIATIVITY, cfg.associativity),
-        (org::ENV_PREFETCH, cfg.prefetch),
-        (org::ENV_WRITE_POLICY, cfg.write_policy),
-        (org::ENV_INCLUSION, cfg.inclusion),
-        (tiermem_core::config::ENV_FAULTS, cfg.faults),
-    ] {
-        if let Some(v) = opt_str(value) {
-            env.push((var, v));
-        }
-    }
-    Config::from_lookup(|name| {
-        env.iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var(name).ok())
+    config_over(cfg, &|name| std::env::var(name).ok())
+}
+
+/// [`config_from`] over the environment `env`.
+///
+/// # Safety
+/// As [`config_from`].
+unsafe fn config_over(
+    cfg: &TmConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Error> {
+    Config::from_lookup(|var| {
+        let setting = settings::setting(var)?;
+        // SAFETY: the caller vouches for `cfg` and its strings.
+        let field = unsafe { field_for(cfg, var) };
+        settings::given(setting, field, env).map(|resolved| resolved.value)
     })
 }
 
@@ -458,4 +463,77 @@ static VERSION: &CStr =
 #[no_mangle]
 pub extern "C" fn tm_version() -> *const c_char {
     VERSION.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty() -> TmConfig {
+        TmConfig {
+            dram_budget: 0,
+            backing_path: ptr::null(),
+            backing_size: 0,
+            page_size: 0,
+            policy: ptr::null(),
+            handler_threads: 0,
+            reserved0: 0,
+            associativity: ptr::null(),
+            prefetch: ptr::null(),
+            write_policy: ptr::null(),
+            inclusion: ptr::null(),
+            preset: ptr::null(),
+            faults: ptr::null(),
+        }
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        |name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn a_field_wins_over_the_environment() {
+        let env = env_of(&[
+            ("TIERMEM_DRAM", "64M"),
+            ("TIERMEM_POLICY", "fifo"),
+            ("TIERMEM_HANDLER_THREADS", "3"),
+        ]);
+        let mut cfg = empty();
+        cfg.dram_budget = 32 << 20;
+        cfg.policy = c"s3fifo".as_ptr();
+        // SAFETY: `cfg`'s strings are NULL or static C strings.
+        let config = unsafe { config_over(&cfg, &env) }.expect("a valid configuration");
+        assert_eq!(config.dram_budget, 32 << 20);
+        assert_eq!(config.policy.name(), "s3fifo");
+        assert_eq!(config.handler_threads, 3, "a zero field keeps the variable");
+    }
+
+    #[test]
+    fn unset_fields_and_variables_take_the_defaults() {
+        let cfg = empty();
+        // SAFETY: every string of `cfg` is NULL.
+        let config = unsafe { config_over(&cfg, &|_| None) }.expect("the defaults");
+        assert_eq!(
+            config.dram_budget,
+            Config::from_lookup(|_| None).unwrap().dram_budget
+        );
+        assert_eq!(config.policy.name(), "clock");
+    }
+
+    #[test]
+    fn a_bad_field_is_refused_with_the_variables_name() {
+        let mut cfg = empty();
+        cfg.write_policy = c"write-sideways".as_ptr();
+        // SAFETY: `cfg`'s strings are NULL or static C strings.
+        let error = unsafe { config_over(&cfg, &|_| None) }.unwrap_err();
+        assert!(
+            error.to_string().contains("TIERMEM_WRITE_POLICY"),
+            "{error}"
+        );
+    }
 }

@@ -147,9 +147,9 @@ impl CaseRun {
     /// (p50 met, p99 met) of the miss latency against kernel swap's.
     fn miss_latency_met(&self) -> Option<(bool, bool)> {
         let (tm, ks) = self.pair()?;
-        let p = |r: &ModeResult, q| r.latency.percentile_at_least(r.slow_threshold_ns, q);
-        let (tm50, ks50) = (p(tm, 50.0)? as f64, p(ks, 50.0)? as f64);
-        let (tm99, ks99) = (p(tm, 99.0)? as f64, p(ks, 99.0)? as f64);
+        let p = |r: &ModeResult, q| r.latency.quantile_at_least(r.slow_threshold_ns, q);
+        let (tm50, ks50) = (p(tm, 0.5)? as f64, p(ks, 0.5)? as f64);
+        let (tm99, ks99) = (p(tm, 0.99)? as f64, p(ks, 0.99)? as f64);
         Some((
             tm50 <= ks50 + MISS_P50_SLACK_NS,
             tm99 <= ks99 * MISS_P99_FACTOR,
@@ -235,7 +235,7 @@ fn verdict(met: Option<bool>) -> &'static str {
 
 fn miss_us(r: Option<&ModeResult>, q: f64) -> String {
     or_dash(
-        r.and_then(|r| r.latency.percentile_at_least(r.slow_threshold_ns, q)),
+        r.and_then(|r| r.latency.quantile_at_least(r.slow_threshold_ns, q)),
         us_tenths,
     )
 }
@@ -310,8 +310,8 @@ pub fn render(base: &BenchPlan, runs: &[CaseRun]) -> String {
                 or_dash(run.hit_ratio(Mode::Tiermem), share_percent),
                 or_dash(run.hit_ratio(Mode::KernelSwap), share_percent)
             ),
-            format!("{}/{}", miss_us(tm, 50.0), miss_us(ks, 50.0)),
-            format!("{}/{}", miss_us(tm, 99.0), miss_us(ks, 99.0)),
+            format!("{}/{}", miss_us(tm, 0.5), miss_us(ks, 0.5)),
+            format!("{}/{}", miss_us(tm, 0.99), miss_us(ks, 0.99)),
             format!(
                 "{}/{}",
                 or_dash(of_limit(run, Mode::Tiermem), share_percent),

@@ -10,6 +10,7 @@ use crate::engine::{self, JobFailure, Measured};
 use crate::identity::{identify, kernel_version, DeviceIdentity};
 use crate::job::{fill_job, plan_jobs, JobLimit, JobSpec, Pattern};
 use crate::report::{DeviceReport, JobResult, REPORT_SCHEMA};
+use crate::stats::LatencySummary;
 use crate::target::{classify, open_target, Target, TargetKind};
 
 /// Where a run is.
@@ -220,7 +221,7 @@ fn job_result(spec: &JobSpec, outcome: Result<Measured, JobFailure>) -> JobResul
                 r.error = Some("failed: no I/O completed".into());
                 return r;
             }
-            let lat = m.hist.summary();
+            let lat = LatencySummary::of(&m.hist);
             r.runtime_s = round(secs, 1e6);
             r.ops = m.ops;
             r.iops = round(m.ops as f64 / secs, 1e3);

@@ -1,65 +1,23 @@
-//! Latency histograms and CPU accounting of a job.
+//! Latency figures and CPU accounting of a job.
 //!
 //! Latency is per I/O, from just before submission to the moment the
-//! completion is seen, recorded in nanoseconds in an HDR histogram.
-//! CPU is `getrusage(RUSAGE_SELF)` user+sys time over wall time; it covers
-//! every thread of the process, including io_uring's kernel-side threads
-//! (`iou-sqp-*`, `iou-wrk-*`), which live in our thread group. Their share
-//! is read separately from `/proc/self/task/*/schedstat`.
+//! completion is seen, recorded in nanoseconds in the latency histogram
+//! `tiermem bench` uses too ([`tiermem_host::histogram`]: three significant
+//! figures). CPU is `getrusage(RUSAGE_SELF)` user+sys time over wall time;
+//! it covers every thread of the process, including io_uring's kernel-side
+//! threads (`iou-sqp-*`, `iou-wrk-*`), which live in our thread group.
+//! Their share is read separately from `/proc/self/task/*/schedstat`.
 
 use std::fs;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use tiermem_host::histogram::LatencyHistogram;
 
-/// Highest latency the histogram tracks exactly (larger values saturate).
-const MAX_LATENCY_NS: u64 = 120_000_000_000;
-
-/// Per-I/O latency histogram in nanoseconds.
-pub(crate) struct LatHist(Histogram<u64>);
-
-impl LatHist {
-    pub fn new() -> Self {
-        // Bounds are constants that hdrhistogram accepts (low >= 1,
-        // high >= 2 * low, sigfig <= 5), so this cannot fail.
-        LatHist(
-            Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)
-                .expect("constant histogram bounds are valid"),
-        )
-    }
-
-    #[inline]
-    pub fn record(&mut self, d: Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1);
-        self.0.saturating_record(ns);
-    }
-
-    pub fn merge(&mut self, other: &LatHist) {
-        // Same bounds on both sides; an error could only mean saturation,
-        // which we accept silently like `saturating_record`.
-        let _ = self.0.add(&other.0);
-    }
-
-    #[cfg(test)]
-    pub fn count(&self) -> u64 {
-        self.0.len()
-    }
-
-    pub fn summary(&self) -> LatencySummary {
-        if self.0.is_empty() {
-            return LatencySummary::default();
-        }
-        let us = |ns: u64| ns as f64 / 1000.0;
-        LatencySummary {
-            min_us: us(self.0.min()),
-            mean_us: self.0.mean() / 1000.0,
-            p50_us: us(self.0.value_at_quantile(0.50)),
-            p99_us: us(self.0.value_at_quantile(0.99)),
-            p999_us: us(self.0.value_at_quantile(0.999)),
-            max_us: us(self.0.max()),
-        }
-    }
+/// Records one I/O's latency, `elapsed`, in `hist`.
+#[inline]
+pub(crate) fn record_latency(hist: &mut LatencyHistogram, elapsed: Duration) {
+    hist.record(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
 }
 
 /// Latency figures of one job, in microseconds.
@@ -71,6 +29,25 @@ pub struct LatencySummary {
     pub p99_us: f64,
     pub p999_us: f64,
     pub max_us: f64,
+}
+
+impl LatencySummary {
+    /// The figures of `hist`: exact minimum, mean and maximum, and the
+    /// histogram's percentiles.
+    pub(crate) fn of(hist: &LatencyHistogram) -> LatencySummary {
+        if hist.count() == 0 {
+            return LatencySummary::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        LatencySummary {
+            min_us: us(hist.min_ns()),
+            mean_us: hist.mean_ns() / 1000.0,
+            p50_us: us(hist.quantile(0.50)),
+            p99_us: us(hist.quantile(0.99)),
+            p999_us: us(hist.quantile(0.999)),
+            max_us: us(hist.max_ns()),
+        }
+    }
 }
 
 /// CPU time of the process at one instant.
@@ -220,20 +197,25 @@ mod tests {
 
     #[test]
     fn histogram_summary() {
-        let mut h = LatHist::new();
+        let mut h = LatencyHistogram::new();
         for us in 1..=1000u64 {
-            h.record(Duration::from_micros(us));
+            record_latency(&mut h, Duration::from_micros(us));
         }
-        let s = h.summary();
-        assert!((s.mean_us - 500.5).abs() < 2.0, "{s:?}");
-        assert!((s.p50_us - 500.0).abs() < 2.0, "{s:?}");
-        assert!((s.p99_us - 990.0).abs() < 3.0, "{s:?}");
+        let s = LatencySummary::of(&h);
+        assert_eq!(s.min_us, 1.0);
+        assert_eq!(s.mean_us, 500.5);
+        assert_eq!(s.max_us, 1000.0);
+        assert!((s.p50_us - 500.0).abs() < 0.5, "{s:?}");
+        assert!((s.p99_us - 990.0).abs() < 1.0, "{s:?}");
         assert!(s.p999_us >= s.p99_us && s.max_us >= s.p999_us);
-        let mut other = LatHist::new();
-        other.record(Duration::from_millis(10));
+        let mut other = LatencyHistogram::new();
+        record_latency(&mut other, Duration::from_millis(10));
         h.merge(&other);
         assert_eq!(h.count(), 1001);
-        assert_eq!(LatHist::new().summary(), LatencySummary::default());
+        assert_eq!(
+            LatencySummary::of(&LatencyHistogram::new()),
+            LatencySummary::default()
+        );
     }
 
     #[test]

@@ -9,10 +9,12 @@
 //!
 //! One concern to a file: [`rows`] (the table's rows), [`notes`] (what
 //! follows the table), [`format`] (numbers, short and aligned), [`table`]
-//! (columns laid out).
+//! (columns laid out), [`pmbench`] (the latency histograms as pmbench
+//! prints them).
 
 pub(crate) mod format;
 mod notes;
+mod pmbench;
 mod rows;
 mod table;
 #[cfg(test)]
@@ -28,9 +30,9 @@ use rows::{
 };
 use table::Table;
 
-/// Percentiles shown in the table, with their row labels.
+/// Percentiles shown in the table, with their row labels (as quantiles).
 const PERCENTILE_ROWS: [(&str, f64); 4] =
-    [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)];
+    [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)];
 
 /// Placeholder for a value that does not exist (no samples, no baseline).
 const MISSING: &str = "-";
@@ -120,7 +122,7 @@ pub fn render_histograms(results: &[ModeResult]) -> String {
         if is_skipped(result) {
             out.push_str("skipped\n");
         } else {
-            out.push_str(&result.latency.render_pmbench());
+            out.push_str(&pmbench::render_pmbench(&result.latency));
         }
         out.push('\n');
     }

@@ -169,9 +169,7 @@ pub(super) fn add_latency_rows(table: &mut Table, results: &[ModeResult]) {
     });
     for (label, q) in PERCENTILE_ROWS {
         table.add_row(label, results, |result| {
-            with_samples(result, |result| {
-                human_ns(result.latency.percentile(q) as f64)
-            })
+            with_samples(result, |result| human_ns(result.latency.quantile(q) as f64))
         });
     }
 }
@@ -232,7 +230,7 @@ fn slow_p50_ns(result: &ModeResult) -> Option<u64> {
     }
     result
         .latency
-        .percentile_at_least(result.slow_threshold_ns, 50.0)
+        .quantile_at_least(result.slow_threshold_ns, 0.5)
 }
 
 pub(super) fn verification_cell(result: &ModeResult) -> String {

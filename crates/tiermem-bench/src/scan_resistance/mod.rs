@@ -24,7 +24,6 @@ pub mod shape;
 
 use anyhow::Context;
 
-use crate::histogram::LatencyHistogram;
 use crate::hit_ratio::{HitRatio, MissCount, MissCounters};
 use crate::result::{Mode, ModeResult};
 use crate::worker::events::{emit, WorkerEvent};
@@ -32,6 +31,7 @@ use crate::worker::pages::{stamp_pages, verify_with_progress, Pages};
 use crate::worker::sets::WorkingSet;
 use crate::worker::spec::{WorkloadSpec, SLOW_THRESHOLD_NS};
 pub use shape::{ScanResistanceResult, ScanShape, SCAN_CHUNK_BYTES};
+use tiermem_host::histogram::LatencyHistogram;
 
 /// Misses and reads of one part of the workload, summed over its windows.
 #[derive(Default)]

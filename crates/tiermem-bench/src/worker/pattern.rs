@@ -11,10 +11,10 @@ use super::events::{emit, WorkerEvent};
 use super::pages::{stamp_pages, verify_with_progress, Pages};
 use super::sets::WorkingSet;
 use super::spec::{WorkloadSpec, SLOW_THRESHOLD_NS};
-use crate::histogram::LatencyHistogram;
 use crate::hit_ratio::{HitRatio, MissCount, MissCounters};
 use crate::pattern::{PageSampler, Pattern};
 use crate::result::{Mode, ModeResult, CPU_PERCENT};
+use tiermem_host::histogram::LatencyHistogram;
 
 /// Stamps, warms up, measures and verifies. `progress` gets phase updates.
 pub(super) fn run_pattern_workload(

@@ -133,12 +133,12 @@ pub(crate) fn json_summary(r: &ModeResult, device: Option<&DeviceRef>) -> serde_
         "hot_hit_ratio_after_scan": scan.map(|s| s.hot_after_scan.ratio),
         "scan_hit_ratio": scan.map(|s| s.scan.ratio),
         "mean_ns": r.latency.mean_ns(),
-        "p50_ns": r.latency.percentile(50.0),
-        "p90_ns": r.latency.percentile(90.0),
-        "p99_ns": r.latency.percentile(99.0),
-        "p999_ns": r.latency.percentile(99.9),
+        "p50_ns": r.latency.quantile(0.5),
+        "p90_ns": r.latency.quantile(0.9),
+        "p99_ns": r.latency.quantile(0.99),
+        "p999_ns": r.latency.quantile(0.999),
         "slow_fraction": r.latency.count_at_least(r.slow_threshold_ns) as f64 / r.latency.count().max(1) as f64,
-        "miss_p50_ns": r.latency.percentile_at_least(r.slow_threshold_ns, 50.0),
+        "miss_p50_ns": r.latency.quantile_at_least(r.slow_threshold_ns, 0.5),
     })
 }
 

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::Engine;
 use crate::job::{JobLimit, JobSpec, SeqCursor};
-use crate::stats::{CpuUsage, LatHist};
+use tiermem_host::histogram::LatencyHistogram;
+
+use crate::stats::CpuUsage;
 use crate::target::{IoMode, Target};
 
 /// What a finished job measured.
@@ -18,7 +20,7 @@ pub(crate) struct Measured {
     pub bytes: u64,
     /// From the first submission to the last completion.
     pub elapsed: Duration,
-    pub hist: LatHist,
+    pub hist: LatencyHistogram,
     pub cpu: CpuUsage,
     /// CPU of io_uring kernel threads (SQPOLL, io-wq), percent of one CPU.
     pub io_thread_cpu_pct: Option<f64>,

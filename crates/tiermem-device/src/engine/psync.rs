@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tiermem_host::histogram::LatencyHistogram;
+
 use super::{before_deadline, fraction, io_failure, JobFailure, Measured};
 use crate::buffer::AlignedBuf;
 use crate::job::{JobLimit, JobSpec, Offsets, SeqCursor};
-use crate::stats::{CpuSnapshot, LatHist};
+use crate::stats::{record_latency, CpuSnapshot};
 use crate::target::Target;
 
 struct WorkerOut {
-    hist: LatHist,
+    hist: LatencyHistogram,
     ops: u64,
     bytes: u64,
     end: Instant,
@@ -80,7 +82,7 @@ pub(crate) fn run(
     });
     let cpu1 = CpuSnapshot::now();
 
-    let mut hist = LatHist::new();
+    let mut hist = LatencyHistogram::new();
     let (mut ops, mut bytes, mut end) = (0u64, 0u64, start);
     for o in outcomes {
         let o = o?;
@@ -113,7 +115,7 @@ fn worker(
         .map_err(|e| JobFailure::Failed(format!("cannot allocate an I/O buffer: {e}")))?;
     let salt: u64 = rand::random();
     let mut offsets = Offsets::new(spec, target.size, cursor);
-    let mut hist = LatHist::new();
+    let mut hist = LatencyHistogram::new();
     let (mut ops, mut bytes) = (0u64, 0u64);
     let fd = target.fd();
     let mut now = Instant::now();
@@ -154,7 +156,7 @@ fn worker(
                 spec.pattern
             )));
         }
-        hist.record(now.duration_since(t0));
+        record_latency(&mut hist, now.duration_since(t0));
         ops += 1;
         bytes += bs as u64;
     }

@@ -7,12 +7,13 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use tiermem_host::histogram::LatencyHistogram;
 
 use super::{before_deadline, fraction, io_failure, ring, JobFailure, Measured};
 use crate::buffer::AlignedBuf;
 use crate::config::Engine;
 use crate::job::{JobLimit, JobSpec, Offsets, SeqCursor};
-use crate::stats::{CpuSnapshot, LatHist, ThreadTimes};
+use crate::stats::{record_latency, CpuSnapshot, ThreadTimes};
 use crate::target::Target;
 
 /// How often progress is reported.
@@ -55,7 +56,7 @@ pub(crate) fn run(
         done: Vec::with_capacity(qd),
         inflight: 0,
         retries: 0,
-        hist: LatHist::new(),
+        hist: LatencyHistogram::new(),
         ops: 0,
         bytes: 0,
     };
@@ -121,7 +122,7 @@ struct Job<'a> {
     done: Vec<(usize, i32)>,
     inflight: usize,
     retries: u64,
-    hist: LatHist,
+    hist: LatencyHistogram,
     ops: u64,
     bytes: u64,
 }
@@ -288,7 +289,7 @@ impl Job<'_> {
                 self.spec.pattern, self.slot_off[slot], self.len
             )));
         }
-        self.hist.record(now.duration_since(self.issued_at[slot]));
+        record_latency(&mut self.hist, now.duration_since(self.issued_at[slot]));
         self.ops += 1;
         self.bytes += u64::from(self.len);
         self.free.push(slot);
