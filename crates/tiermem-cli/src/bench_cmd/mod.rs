@@ -603,7 +603,7 @@ fn run_suite(args: &BenchArgs, plan: &BenchPlan) -> anyhow::Result<i32> {
         println!(
             "{}",
             serde_json::to_string_pretty(&tiermem_host::wrap(
-                "tiermem.bench-suite/1",
+                "tiermem.bench-suite/2",
                 bench_suite::to_json(plan, &runs)
             ))?
         );

@@ -185,7 +185,7 @@ pub(super) fn print_json(
         "ratios": ratios,
         "results": results,
     });
-    let out = tiermem_host::wrap("tiermem.bench/1", out);
+    let out = tiermem_host::wrap("tiermem.bench/2", out);
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }
