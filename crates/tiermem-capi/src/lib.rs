@@ -62,7 +62,7 @@ pub struct TmConfig {
 }
 
 /// Fault latency percentiles, `struct tm_latency` in `include/tiermem.h`, each
-/// within about 19% (the width of the runtime's histogram buckets).
+/// within about 1.6% (half the width of the runtime's histogram buckets).
 #[repr(C)]
 #[derive(Default)]
 pub struct TmLatency {

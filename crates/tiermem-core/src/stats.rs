@@ -3,9 +3,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// log2 buckets of nanoseconds, each split in 4, enough for percentiles
-/// within ~19% and cheap enough to update on every fault.
-const SUB_BITS: u32 = 2;
+/// log2 buckets of nanoseconds, each split in 32: a percentile is a
+/// bucket's midpoint, within 1.6% of the sample, which tells 11.8 µs from
+/// 12.4 µs where a target sits at 12; one relaxed add per fault, and 16 KiB
+/// per histogram.
+const SUB_BITS: u32 = 5;
 const BUCKETS: usize = 64 << SUB_BITS;
 
 #[derive(Default)]
@@ -149,8 +151,8 @@ impl LatencyHistogram {
     }
 }
 
-/// Percentiles of a latency histogram, each within about 19% (the width of
-/// the histogram's buckets).
+/// Percentiles of a latency histogram, each within about 1.6% (half the
+/// width of the histogram's buckets).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LatencySummary {
@@ -396,13 +398,13 @@ mod tests {
     #[test]
     fn buckets_are_monotonic_and_close() {
         let mut last = 0;
-        for ns in [0u64, 1, 3, 4, 5, 7, 8, 100, 1000, 55_000, 1 << 40, u64::MAX] {
+        for ns in [0u64, 1, 3, 4, 5, 7, 8, 31, 32, 33, 63, 64, 100, 1000, 55_000, 1 << 40, u64::MAX] {
             let b = bucket_of(ns);
             assert!(b >= last);
             last = b;
             if (8..1 << 40).contains(&ns) {
                 let v = bucket_value(b) as f64;
-                assert!((v - ns as f64).abs() / (ns as f64) < 0.25, "{ns} -> {v}");
+                assert!((v - ns as f64).abs() / (ns as f64) <= 1.0 / 64.0, "{ns} -> {v}");
             }
         }
     }
