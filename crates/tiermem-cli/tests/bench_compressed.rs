@@ -56,35 +56,49 @@ fn active_swaps() -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn zswap_and_zram_store_pages_compressed_and_leave_the_machine_as_it_was() {
+/// Runs `tiermem bench ARGS --no-device-check --json` (1 s measured) on its
+/// own (the compressed modes refuse to share the machine's swap) and checks
+/// that it left every setting as it found it and no swap on. `None` where
+/// the machine cannot run it (not root, no cgroup v1 memory controller).
+fn bench_leaving_the_machine_as_it_was(args: &[&str]) -> Option<std::process::Output> {
     let _turn = MACHINE_SWAP.lock().unwrap_or_else(|p| p.into_inner());
     if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
         eprintln!("skipped: needs root and the cgroup v1 memory controller");
-        return;
+        return None;
     }
     let before = machine_settings();
     let out = Command::new(env!("CARGO_BIN_EXE_tiermem"))
-        .args([
-            "bench",
-            "--modes",
-            "kernel-zswap,kernel-zram",
-            "--data",
-            "text",
-        ])
-        .args(["--working-set", "256M", "--dram", "64M"])
+        .arg("bench")
+        .args(args)
         .args(["--duration", "1", "--warmup", "0.2"])
         .args(["--no-device-check", "--json"])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(machine_settings(), before, "settings not restored");
     assert!(
         active_swaps().is_empty(),
         "swap left on: {:?}",
         active_swaps()
     );
+    Some(out)
+}
+
+#[test]
+fn zswap_and_zram_store_pages_compressed_and_leave_the_machine_as_it_was() {
+    let Some(out) = bench_leaving_the_machine_as_it_was(&[
+        "--modes",
+        "kernel-zswap,kernel-zram",
+        "--data",
+        "text",
+        "--working-set",
+        "256M",
+        "--dram",
+        "64M",
+    ]) else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed: {stdout}\n{stderr}");
     let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(json["workload"]["data"], "text", "{stdout}");
@@ -135,28 +149,21 @@ fn zswap_and_zram_store_pages_compressed_and_leave_the_machine_as_it_was() {
 
 #[test]
 fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
-    let _turn = MACHINE_SWAP.lock().unwrap_or_else(|p| p.into_inner());
-    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        eprintln!("skipped: needs root and the cgroup v1 memory controller");
+    let Some(out) = bench_leaving_the_machine_as_it_was(&[
+        "--modes",
+        "tiermem,kernel-zswap",
+        "--pool-in-budget",
+        "--data",
+        "text",
+        "--working-set",
+        "1536M",
+        "--dram",
+        "512M",
+    ]) else {
         return;
-    }
-    let before = machine_settings();
-    let out = Command::new(env!("CARGO_BIN_EXE_tiermem"))
-        .args([
-            "bench",
-            "--modes",
-            "tiermem,kernel-zswap",
-            "--pool-in-budget",
-        ])
-        .args(["--data", "text", "--working-set", "1536M", "--dram", "512M"])
-        .args(["--duration", "1", "--warmup", "0.2"])
-        .args(["--no-device-check", "--json"])
-        .output()
-        .unwrap();
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(machine_settings(), before, "settings not restored");
-    assert!(active_swaps().is_empty(), "swap left on");
     if !out.status.success() && stderr.contains("steps of 1%") {
         eprintln!("skipped: this machine's memory is too large for a 512M budget: {stderr}");
         return;
