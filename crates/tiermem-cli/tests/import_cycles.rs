@@ -5,30 +5,22 @@
 //! make it.
 
 mod import_graph;
+mod source_files;
 
 use std::path::{Path, PathBuf};
 
 /// Every `.rs` file under `dir`, as a path relative to `root` with `/`.
 fn sources_under(root: &Path, dir: &Path, into: &mut Vec<(String, String)>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            sources_under(root, &path, into);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let relative = path.strip_prefix(root).expect("under the root");
-            let name = relative
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("/");
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-            into.push((name, text));
-        }
+    for path in source_files::rust_files(dir) {
+        let relative = path.strip_prefix(root).expect("under the root");
+        let name = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        into.push((name, text));
     }
 }
 

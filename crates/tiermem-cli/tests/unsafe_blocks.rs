@@ -5,23 +5,9 @@
 //! in the comment lines just above the statement that holds it (the lines
 //! between that statement's first line and the block are part of it).
 
-use std::path::{Path, PathBuf};
+mod source_files;
 
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, into);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            into.push(path);
-        }
-    }
-}
+use std::path::Path;
 
 /// Whether `line` opens an unsafe block (not an `unsafe fn`, an `unsafe
 /// impl` or an `unsafe extern`, and not inside a comment or a string).
@@ -89,8 +75,7 @@ fn every_unsafe_block_in_the_workspace_says_why_it_is_sound() {
         .join("..")
         .canonicalize()
         .expect("the crates directory");
-    let mut files = Vec::new();
-    rust_files(&crates, &mut files);
+    let mut files = source_files::rust_files(&crates);
     files.retain(|f| !f.components().any(|c| c.as_os_str() == "target"));
     assert!(files.len() > 100, "found only {} sources", files.len());
     let mut report = Vec::new();
