@@ -1,11 +1,14 @@
 //! `tiermem bench` run for real: all modes, JSON output, verification, and
 //! cleanup of kernel-swap mode on Ctrl-C.
 
+mod timed;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Every run under timeout(1), so that a hang fails the test.
 fn tiermem() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tiermem"))
+    timed::tiermem_within(300)
 }
 
 fn is_root() -> bool {
@@ -332,7 +335,9 @@ fn ctrl_c_during_kernel_swap_mode_removes_swap_and_cgroup() {
         eprintln!("skipped: needs root and the cgroup v1 memory controller");
         return;
     }
-    let mut child = tiermem()
+    // Not under timeout(1): the test signals this very process, and bounds
+    // its own waits.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tiermem"))
         .args([
             "bench",
             "--modes",
@@ -361,7 +366,17 @@ fn ctrl_c_during_kernel_swap_mode_removes_swap_and_cgroup() {
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: sending SIGINT to our own child.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
-    let status = child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("bench did not stop within 60 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(!status.success(), "bench should stop on SIGINT");
     assert!(
         our_swapfiles(pid).is_empty(),

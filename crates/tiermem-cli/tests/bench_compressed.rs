@@ -4,8 +4,9 @@
 //! with no swap left on. One test in its own binary, as the modes refuse
 //! to run while another test's swapfile is on.
 
+mod timed;
+
 use std::path::Path;
-use std::process::Command;
 
 const ZSWAP: &str = "/sys/module/zswap/parameters";
 const ZRAM: &str = "/sys/block/zram0";
@@ -67,7 +68,7 @@ fn bench_leaving_the_machine_as_it_was(args: &[&str]) -> Option<std::process::Ou
         return None;
     }
     let before = machine_settings();
-    let out = Command::new(env!("CARGO_BIN_EXE_tiermem"))
+    let out = timed::tiermem_within(300)
         .arg("bench")
         .args(args)
         .args(["--duration", "1", "--warmup", "0.2"])

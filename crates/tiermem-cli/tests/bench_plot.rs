@@ -1,11 +1,14 @@
 //! `tiermem bench --plot FILE.svg`: a bad path fails before anything runs,
 //! and a short run draws every mode it ran.
 
+mod timed;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// Every run under timeout(1), so that a hang fails the test.
 fn tiermem() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tiermem"))
+    timed::tiermem_within(300)
 }
 
 /// The contents of every `<text>` element of an SVG document, trimmed.

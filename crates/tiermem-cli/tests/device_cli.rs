@@ -1,8 +1,9 @@
 //! `tiermem device` as a user runs it: a short measurement of the
 //! filesystem under a scratch directory, printed as JSON.
 
+mod timed;
+
 use std::path::Path;
-use std::process::Command;
 
 #[test]
 fn device_measures_and_names_the_interrupt_cpus() {
@@ -10,7 +11,7 @@ fn device_measures_and_names_the_interrupt_cpus() {
         .prefix("tiermem-device-cli-")
         .tempdir_in("/var/tmp")
         .expect("a scratch directory in /var/tmp");
-    let out = Command::new(env!("CARGO_BIN_EXE_tiermem"))
+    let out = timed::tiermem_within(120)
         .arg("device")
         .arg(dir.path())
         .args(["--engines", "psync", "--size", "32M", "--duration", "0.2"])

@@ -2,13 +2,16 @@
 //! modes, JSON output, no lost keys. Needs redis-server and redis-benchmark;
 //! skipped without them unless CI is set.
 
+mod timed;
+
 use std::process::Command;
 
 #[path = "../../../tests/support/libtiermem.rs"]
 mod libtiermem;
 
+/// Every run under timeout(1), so that a hang fails the test.
 fn tiermem() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tiermem"))
+    timed::tiermem_within(900)
 }
 
 fn in_path(name: &str) -> bool {
