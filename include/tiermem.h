@@ -119,6 +119,9 @@ struct tm_stats {
     uint64_t compress_rejected;   /* saved less than a quarter: sent to the store */
     uint64_t compressed_writebacks; /* compressed pages that left for the store */
     uint64_t compressed_hits;     /* faults served by decompressing */
+    uint64_t neighbour_reads;     /* pages read with a miss on the page before (part of prefetch_issued) */
+    uint64_t neighbour_samples;   /* of those, parked to sample their use */
+    uint64_t neighbour_used;      /* sampled neighbours the program used */
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

@@ -95,6 +95,14 @@ int main(int argc, char **argv) {
     CHECK(tm_stats(&st) == 0, "tm_stats");
     CHECK(st.predicted_writes > 0, "read-modify-write misses must be predicted as writes");
 
+    /* The header and the library agree on struct tm_stats: the library
+     * writes its last field and nothing past it. */
+    struct { struct tm_stats st; uint64_t guard; } layout;
+    memset(&layout, 0xff, sizeof layout);
+    CHECK(tm_stats(&layout.st) == 0, "tm_stats");
+    CHECK(layout.guard == UINT64_MAX, "tm_stats wrote past struct tm_stats");
+    CHECK(layout.st.neighbour_used != UINT64_MAX, "tm_stats left the struct's last field unwritten");
+
     tm_free(b);
     tm_free(NULL);
     CHECK(tm_stats(&st) == 0 && st.allocated_bytes == 0, "freed");

@@ -158,6 +158,13 @@ pub struct TmStats {
     pub compressed_writebacks: u64,
     /// Faults served by decompressing.
     pub compressed_hits: u64,
+    /// Pages read with a miss on the page before them (part of
+    /// `prefetch_issued`).
+    pub neighbour_reads: u64,
+    /// Of those, the ones parked to sample their use.
+    pub neighbour_samples: u64,
+    /// Sampled neighbours the program used.
+    pub neighbour_used: u64,
 }
 
 thread_local! {
@@ -440,6 +447,9 @@ fn to_c(s: &Stats) -> TmStats {
         compress_rejected: s.compress_rejected,
         compressed_writebacks: s.compressed_writebacks,
         compressed_hits: s.compressed_hits,
+        neighbour_reads: s.neighbour_reads,
+        neighbour_samples: s.neighbour_samples,
+        neighbour_used: s.neighbour_used,
     }
 }
 

@@ -21,6 +21,12 @@ pub struct Counters {
     pub prefetch_issued: AtomicU64,
     pub prefetch_hits: AtomicU64,
     pub prefetch_wasted: AtomicU64,
+    /// Pages read with a miss on the page before them (`fault::neighbours`).
+    pub neighbour_reads: AtomicU64,
+    /// Of those, the ones parked to sample their use.
+    pub neighbour_samples: AtomicU64,
+    /// Parked neighbours the program faulted on.
+    pub neighbour_used: AtomicU64,
     pub io_batches: AtomicU64,
     pub max_in_flight: AtomicU64,
     pub spin_wakeups: AtomicU64,
@@ -195,6 +201,15 @@ pub struct Stats {
     pub prefetch_hits: u64,
     /// Read-ahead pages evicted unused.
     pub prefetch_wasted: u64,
+    /// Pages read with a miss on the page before them, while misses come in
+    /// adjacent pairs (objects spanning two pages); part of
+    /// `prefetch_issued`. Mapped at once, so their use is not seen...
+    pub neighbour_reads: u64,
+    /// ...except for this sample of them, parked until the program faults.
+    pub neighbour_samples: u64,
+    /// Sampled neighbours the program used: `neighbour_used /
+    /// neighbour_samples` estimates the share of neighbour reads used.
+    pub neighbour_used: u64,
     /// io_uring submissions of page reads.
     pub io_batches: u64,
     /// Most page reads one handler had in flight at once.
@@ -355,6 +370,9 @@ impl Counters {
         s.prefetch_issued = self.prefetch_issued.load(Relaxed);
         s.prefetch_hits = self.prefetch_hits.load(Relaxed);
         s.prefetch_wasted = self.prefetch_wasted.load(Relaxed);
+        s.neighbour_reads = self.neighbour_reads.load(Relaxed);
+        s.neighbour_samples = self.neighbour_samples.load(Relaxed);
+        s.neighbour_used = self.neighbour_used.load(Relaxed);
         s.io_batches = self.io_batches.load(Relaxed);
         s.max_in_flight = self.max_in_flight.load(Relaxed);
         s.spin_wakeups = self.spin_wakeups.load(Relaxed);

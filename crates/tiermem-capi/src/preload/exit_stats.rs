@@ -196,6 +196,19 @@ fn pct(part: u64, whole: u64) -> String {
     }
 }
 
+/// Neighbour reads, with the share of the parked sample the program used.
+fn neighbours(s: &Stats) -> String {
+    if s.neighbour_reads == 0 {
+        return "0".into();
+    }
+    format!(
+        "{} ({} used of {} sampled)",
+        s.neighbour_reads,
+        pct(s.neighbour_used, s.neighbour_samples),
+        s.neighbour_samples
+    )
+}
+
 fn us(ns: u64) -> String {
     format!("{:.1} µs", ns as f64 / 1000.0)
 }
@@ -215,7 +228,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
          organization    {organization}; conflict evictions {conflicts}, write-throughs {wts}\n\
          faults          {faults} (missing {missing}, write-protect {wp}, first touch {zero}); reads installed writable (write predicted) {predicted}\n\
          hit ratio       {hit} of faults served from DRAM without a device read\n\
-         page-ins        {ins} ({read} read), probation rescues {rescues}, read ahead {prefetch} (used {phits}, wasted {pwaste})\n\
+         page-ins        {ins} ({read} read), probation rescues {rescues}, read ahead {prefetch} (used {phits}, wasted {pwaste}), neighbours {neighbours}\n\
          page-outs       {outs} ({written} written), clean drops {clean}, zero drops {zdrops}\n\
          fault latency   mean {mean}, p50 {p50}, p90 {p90}, p99 {p99}, p99.9 {p999}, max {max}\n\
          page-in         p50 {pi50} (device read p50 {rd50}), p99 {pi99} (device read p99 {rd99})\n\
@@ -263,6 +276,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         prefetch = s.prefetch_issued,
         phits = s.prefetch_hits,
         pwaste = s.prefetch_wasted,
+        neighbours = neighbours(s),
         stored = mib(s.stored_bytes),
     );
     text.push_str(&compressed_line(s));

@@ -105,7 +105,10 @@ fn publish_read(rt: &Shared, read: &PageRead) {
     let new = read_in_state(rt, read);
     if read.prefetch {
         Counters::add(&rt.counters.prefetch_issued, 1);
-        finish_resident(rt, read.page, new.with_prefetched(true), false);
+        // A mapped neighbour's use is never seen (its sample's is), so it
+        // carries no mark that eviction would count as waste.
+        let marked = !read.neighbour;
+        finish_resident(rt, read.page, new.with_prefetched(marked), false);
     } else {
         finish_resident(rt, read.page, new, read.enters_referenced());
         let took = now_ns().saturating_sub(read.started_ns);

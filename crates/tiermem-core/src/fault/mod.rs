@@ -45,6 +45,8 @@
 //!    in large requests and install them through stage 4, a run of pages
 //!    with one call. The middle page of each window is parked as a marker
 //!    ([`markers`]): the program's fault on it starts the next window.
+//!    A miss no stream takes reads the next page with it while misses come
+//!    in adjacent pairs (objects spanning two pages, [`neighbours`]).
 //!
 //! Budget charging happens before a page is claimed, so no page is held
 //! while waiting for the evictor. No locks are taken: every step is a
@@ -56,6 +58,7 @@ mod conflict;
 mod fork_window;
 mod install;
 mod markers;
+pub(crate) mod neighbours;
 mod page_read;
 mod pread;
 mod read_error;

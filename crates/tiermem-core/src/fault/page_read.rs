@@ -23,6 +23,9 @@ pub(crate) struct PageRead {
     /// so that the program's arrival there shows as a fault and starts the
     /// next window before this one runs out.
     pub marker: bool,
+    /// Read with the miss on the page before it (see
+    /// [`neighbours`](super::neighbours)); parked like a marker.
+    pub neighbour: bool,
     pub started_ns: u64,
 }
 

@@ -162,6 +162,7 @@ fn claimed_read(
         prefetch: false,
         group: None,
         marker: false,
+        neighbour: false,
         started_ns: started,
     }
 }

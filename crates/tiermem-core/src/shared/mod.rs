@@ -28,6 +28,7 @@ use crate::config::{Config, FaultDelivery};
 use crate::encryption::PageCipher;
 use crate::error::Result;
 use crate::error_policy::Injector;
+use crate::fault::neighbours::NeighbourReads;
 use crate::fault::signal::slots::SignalSlots;
 use crate::fault::write_prediction::WritePrediction;
 use crate::fault::zero_stream::{ZeroStream, MAX_WINDOW as ZERO_AHEAD_MAX};
@@ -81,6 +82,8 @@ pub(crate) struct Shared {
     pub zero_run: Mapping,
     /// Where a run of first touches in order is going (`fault::zero_ahead`).
     pub zero_stream: ZeroStream,
+    /// Whether misses come in adjacent pairs (`fault::neighbours`).
+    pub neighbours: NeighbourReads,
     pub counters: Counters,
     pub fault_latency: LatencyHistogram,
     /// Demand page-ins only: from reading the fault to installing the page.
@@ -190,6 +193,7 @@ impl Shared {
                 "reserving zeros for first touches",
             )?,
             zero_stream: ZeroStream::new(),
+            neighbours: NeighbourReads::default(),
             counters: Counters::default(),
             fault_latency: LatencyHistogram::default(),
             page_in_latency: LatencyHistogram::default(),

@@ -84,6 +84,7 @@ impl RingHandler<'_> {
                     self.markers.push(ParkedMarker {
                         page: marker.page,
                         since_ns: now_ns(),
+                        neighbour: marker.neighbour,
                     });
                 } else {
                     finish_read(self.rt, marker, self.buffer(first + i));

@@ -57,10 +57,7 @@ impl RingHandler<'_> {
                 // A fixed degree reads the next pages with the missing one,
                 // in one request where their slots are adjacent.
                 Some(degree) => self.read_run(vec![read], Window::next_pages(page, degree)),
-                None => {
-                    self.start(vec![read]);
-                    self.read_ahead(page);
-                }
+                None => self.read_missing(read),
             },
         }
     }

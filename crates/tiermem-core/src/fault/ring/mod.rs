@@ -54,6 +54,8 @@ use streams::Streams;
 struct ParkedMarker {
     page: PageNo,
     since_ns: u64,
+    /// A neighbour read (`fault::neighbours`), not a window's marker.
+    neighbour: bool,
 }
 
 /// One read request: pages in adjacent slots, landing in adjacent buffers.

@@ -3,14 +3,16 @@
 //! window is parked as a marker: the program's fault on it, on any
 //! handler, starts the next window.
 
-use super::RingHandler;
+use super::{ParkedMarker, RingHandler};
 use crate::fault::markers::{park_state, prefetch_used, unpark_marker, Parked};
+use crate::fault::neighbours::Neighbour;
 use crate::fault::page_read::PageRead;
 use crate::fault::readahead::{Readahead, Window};
 use crate::fault::resolve::claim_for_prefetch;
 use crate::fault::signal::read_ahead::{ReadAheadRequests, Request};
 use crate::page_table::PageNo;
 use crate::shared::Shared;
+use crate::stats::Counters;
 use crate::sys::now_ns;
 
 /// Longest a read-ahead marker is held back for the program to reach it;
@@ -66,14 +68,67 @@ impl<'a> Streams<'a> {
 }
 
 impl RingHandler<'_> {
+    /// Starts a demand read, with the window of the stream its page
+    /// continues, or else with the next page while misses come in pairs.
+    pub(super) fn read_missing(&mut self, read: PageRead) {
+        let page = read.page;
+        if self.read_ahead(page) {
+            self.start(vec![read]);
+            return;
+        }
+        let next = match self.streams.adaptive() {
+            true => self.claim_neighbour(&read, self.rt.neighbours.on_miss(page)),
+            false => None,
+        };
+        match next {
+            Some(next) if self.rt.store().adjacent(read.slot, next.slot) => {
+                self.start(vec![read, next])
+            }
+            Some(next) => {
+                self.start(vec![read]);
+                self.start(vec![next]);
+            }
+            None => self.start(vec![read]),
+        }
+        if next.is_some() {
+            // The program will be at the neighbour without a miss there: a
+            // scan whose every other page comes in as a neighbour must
+            // still look like a stride of one to the streams.
+            self.read_ahead(page + 1);
+        }
+    }
+
+    /// Claims the page after `demand`'s as a neighbour read, if it is
+    /// stored. A write to the first page of a pair predicts one to the
+    /// second (a value being overwritten): installed writable, it saves
+    /// the write-protect fault.
+    fn claim_neighbour(&self, demand: &PageRead, how: Neighbour) -> Option<PageRead> {
+        let next = demand.page + 1;
+        if how == Neighbour::Skip || next as usize >= self.rt.arena.len() / self.rt.page_size {
+            return None;
+        }
+        let mut read = claim_for_prefetch(self.rt, next)?;
+        read.marker = how == Neighbour::Park;
+        read.neighbour = true;
+        read.write = demand.write;
+        read.predicted = demand.write;
+        Counters::add(&self.rt.counters.neighbour_reads, 1);
+        if read.marker {
+            Counters::add(&self.rt.counters.neighbour_samples, 1);
+        }
+        Some(read)
+    }
+
     /// Reads ahead of the stream `page` belongs to, if it is one: claims the
     /// window's stored pages and reads runs of adjacent slots together.
-    pub(super) fn read_ahead(&mut self, page: PageNo) {
+    /// Returns whether a stream took the miss.
+    pub(super) fn read_ahead(&mut self, page: PageNo) -> bool {
         let Some(window) = self.streams.on_miss(page) else {
-            return;
+            return false;
         };
         self.count_passed(&window, page);
         self.prefetch(window);
+        true
     }
 
     pub(super) fn prefetch(&mut self, window: Window) {
@@ -188,8 +243,8 @@ impl RingHandler<'_> {
             let page = marker.page;
             match park_state(self.rt, page) {
                 Parked::Reached => {
-                    self.markers.swap_remove(i);
-                    self.continue_stream(page);
+                    let marker = self.markers.swap_remove(i);
+                    self.reached(marker);
                 }
                 Parked::Waiting if now.saturating_sub(marker.since_ns) > MARKER_HOLD_NS => {
                     self.markers.swap_remove(i);
@@ -205,10 +260,21 @@ impl RingHandler<'_> {
     pub(super) fn marker_reached(&mut self, page: PageNo) {
         match self.markers.iter().position(|m| m.page == page) {
             Some(i) => {
-                self.markers.swap_remove(i);
-                self.continue_stream(page);
+                let marker = self.markers.swap_remove(i);
+                self.reached(marker);
             }
             None => self.rt.read_ahead_event.signal(),
+        }
+    }
+
+    /// The program reached a page this handler parked: a window's marker
+    /// starts the stream's next window; a neighbour was used.
+    fn reached(&mut self, marker: ParkedMarker) {
+        if marker.neighbour {
+            self.rt.neighbours.on_used();
+            Counters::add(&self.rt.counters.neighbour_used, 1);
+        } else {
+            self.continue_stream(marker.page);
         }
     }
 }
