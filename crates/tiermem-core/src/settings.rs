@@ -199,7 +199,7 @@ pub const SETTINGS: &[Setting] = &[
         flag_of: "",
         default: "on",
         value: "on",
-        doc: "read-ahead of sequential and strided streams: `on`, `off`",
+        doc: "read-ahead of sequential and strided streams, and of the page after a miss while misses come in adjacent pairs: `on`, `off`",
         read_by_library: true,
     },
     Setting {

@@ -24,6 +24,10 @@
 //! counts for the whole sample. A write miss reads its neighbour writable:
 //! an object being overwritten is written through both of its pages.
 //!
+//! The io_uring handlers read neighbours (the default engine); the pread
+//! fallback reads one page at a time, and under signal delivery the
+//! faulting thread reads only its own page, so neither does.
+//!
 //! Everything here is a relaxed atomic: the counts steer a heuristic, and
 //! a miss lost in a race moves it by one part in an epoch.
 
