@@ -109,7 +109,7 @@ fn objects_spanning_two_pages_cost_one_device_wait() {
     let rt = runtime(BUDGET, UNIT, PolicyKind::Clock);
     let mut pages = Pages::new(&rt);
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-    // Two epochs of misses teach the detector the pairs.
+    // A few epochs of misses teach the detector the pairs.
     use_objects(&mut pages, &mut rng, 2000);
     let before = rt.stats();
     let objects = 20_000;
@@ -173,9 +173,11 @@ fn a_scan_after_pairs_still_reads_ahead() {
     let mut pages = Pages::new(&rt);
     let mut rng = Rng(0x1234_5678_9ABC_DEF1);
     use_objects(&mut pages, &mut rng, 4000);
-    let on = rt.stats();
-    assert!(on.neighbour_reads > 0, "pairs must turn neighbour reads on");
     let before = rt.stats();
+    assert!(
+        before.neighbour_reads > 0,
+        "pairs must turn neighbour reads on"
+    );
     for page in 0..pages.versions.len() {
         pages.read(page);
     }

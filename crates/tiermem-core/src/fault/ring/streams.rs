@@ -72,14 +72,12 @@ impl RingHandler<'_> {
     /// continues, or else with the next page while misses come in pairs.
     pub(super) fn read_missing(&mut self, read: PageRead) {
         let page = read.page;
-        if self.read_ahead(page) {
-            self.start(vec![read]);
-            return;
-        }
-        let next = match self.streams.adaptive() {
+        let window = self.streams.on_miss(page);
+        let next = match window.is_none() && self.streams.adaptive() {
             true => self.claim_neighbour(&read, self.rt.neighbours.on_miss(page)),
             false => None,
         };
+        // The demand read goes first, to the device and to the buffers.
         match next {
             Some(next) if self.rt.store().adjacent(read.slot, next.slot) => {
                 self.start(vec![read, next])
@@ -89,6 +87,10 @@ impl RingHandler<'_> {
                 self.start(vec![next]);
             }
             None => self.start(vec![read]),
+        }
+        if let Some(window) = window {
+            self.count_passed(&window, page);
+            self.prefetch(window);
         }
         if next.is_some() {
             // The program will be at the neighbour without a miss there: a
@@ -121,14 +123,12 @@ impl RingHandler<'_> {
 
     /// Reads ahead of the stream `page` belongs to, if it is one: claims the
     /// window's stored pages and reads runs of adjacent slots together.
-    /// Returns whether a stream took the miss.
-    pub(super) fn read_ahead(&mut self, page: PageNo) -> bool {
+    pub(super) fn read_ahead(&mut self, page: PageNo) {
         let Some(window) = self.streams.on_miss(page) else {
-            return false;
+            return;
         };
         self.count_passed(&window, page);
         self.prefetch(window);
-        true
     }
 
     pub(super) fn prefetch(&mut self, window: Window) {
