@@ -91,6 +91,14 @@ fn bench_runs_every_mode_and_verifies_every_page() {
         tm["counters"]["page_outs"].as_f64().unwrap() > 0.0,
         "tiermem must have paged: {tm}"
     );
+    // Read-ahead, neighbour reads among it, is in the counters and a note.
+    let read_ahead = tm["counters"]["prefetch_issued"].as_f64().unwrap();
+    let neighbours = tm["counters"]["neighbour_reads"].as_f64().unwrap();
+    assert!(neighbours <= read_ahead, "{tm}");
+    assert!(
+        tm["notes"].to_string().contains("neighbour reads"),
+        "no read-ahead note: {tm}"
+    );
     assert!(
         json["ratios"].as_object().is_some_and(|m| !m.is_empty()),
         "ratios missing"

@@ -117,6 +117,10 @@ impl WorkingSet for TiermemSet {
             ("prefetch_issued", s.prefetch_issued),
             ("prefetch_hits", s.prefetch_hits),
             ("prefetch_wasted", s.prefetch_wasted),
+            // Read with a miss on the page before (part of prefetch_issued).
+            ("neighbour_reads", s.neighbour_reads),
+            ("neighbour_samples", s.neighbour_samples),
+            ("neighbour_used", s.neighbour_used),
             ("wp_faults", s.wp_faults),
             ("predicted_writes", s.predicted_writes),
             ("budget_waits", s.budget_waits),
@@ -161,6 +165,7 @@ impl WorkingSet for TiermemSet {
         let s = self.rt.stats();
         vec![
             format!("page reads: {}", s.io_engine),
+            read_ahead_note(&s),
             compressed_note(&s, self.rt.config()),
         ]
     }
@@ -172,6 +177,21 @@ impl WorkingSet for TiermemSet {
             prefetch_issued: stats.prefetch_issued,
         })
     }
+}
+
+/// Read-ahead, neighbour reads among it, over the whole run (stamping and
+/// verification included: their scans are most of it).
+fn read_ahead_note(s: &tiermem_core::Stats) -> String {
+    format!(
+        "read-ahead over the whole run: {} pages ({} seen used, {} wasted), of them {} \
+         neighbour reads ({} of {} sampled used)",
+        s.prefetch_issued,
+        s.prefetch_hits,
+        s.prefetch_wasted,
+        s.neighbour_reads,
+        s.neighbour_used,
+        s.neighbour_samples
+    )
 }
 
 /// What tiermem's compressed tier held and served, for the report.
