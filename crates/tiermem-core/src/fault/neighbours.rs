@@ -113,10 +113,13 @@ impl NeighbourReads {
     /// Counts a miss; returns its position in the epoch.
     fn count_miss(&self) -> u32 {
         let position = self.misses.fetch_add(1, Relaxed) + 1;
-        if position < EPOCH {
+        // Only the miss that completes the epoch decides: a handler that
+        // counts past it meanwhile must not decide again on the pairs of
+        // an epoch just begun. The subtraction keeps its count.
+        if position != EPOCH {
             return position;
         }
-        self.misses.store(0, Relaxed);
+        self.misses.fetch_sub(EPOCH, Relaxed);
         let pairs = self.pairs.swap(0, Relaxed);
         let on = self.on.load(Relaxed);
         // Hysteresis: a share near the threshold does not flip every epoch.
@@ -179,6 +182,19 @@ mod tests {
         // Nobody uses the neighbours any more.
         miss_many(&n, (0..EPOCH as u64).map(|i| i * 7919 + 9_000_000));
         assert!(!n.is_on());
+    }
+
+    #[test]
+    fn only_the_miss_that_completes_an_epoch_decides() {
+        let n = NeighbourReads::default();
+        miss_many(&n, (0..EPOCH as u64).flat_map(|i| [i * 1000, i * 1000 + 1]));
+        assert!(n.is_on());
+        // A second handler counted past the epoch's end before the first
+        // reset the count: its miss must not decide on the new epoch's
+        // pairs (none yet), which would turn reads off.
+        n.misses.store(EPOCH, Relaxed);
+        assert_eq!(n.count_miss(), EPOCH + 1);
+        assert!(n.is_on());
     }
 
     #[test]
