@@ -179,12 +179,13 @@ impl WorkingSet for TiermemSet {
     }
 }
 
-/// Read-ahead, neighbour reads among it, over the whole run (stamping and
-/// verification included: their scans are most of it).
+/// Read-ahead, neighbour reads among it, up to the end of the measured
+/// phase (the notes are taken before verification, whose scan would swamp
+/// it; stamping first-touches pages and reads none).
 fn read_ahead_note(s: &tiermem_core::Stats) -> String {
     format!(
-        "read-ahead over the whole run: {} pages ({} seen used, {} wasted), of them {} \
-         neighbour reads ({} of {} sampled used)",
+        "read-ahead in warm-up and the measured phase: {} pages ({} seen used, {} wasted), \
+         of them {} neighbour reads ({} of {} sampled used)",
         s.prefetch_issued,
         s.prefetch_hits,
         s.prefetch_wasted,
