@@ -1,18 +1,31 @@
 //! Neighbour reads: objects spanning two pages, read at random over 8x
 //! the budget, cost one device wait each instead of two; random single
 //! pages read no neighbours; a scan after pairs still reads ahead. Every
-//! word of every page is checked after the paging.
+//! word of every page is checked after the paging, and a hung fault path
+//! aborts the binary instead of stalling the suite.
 
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use common::{runtime, UNIT};
+use common::{hang_guard, runtime, HangGuard, Rng, UNIT};
 use tiermem_core::{PolicyKind, Runtime, Stats};
 
 const BUDGET: u64 = 16 << 20;
 const REGION: usize = 128 << 20;
 const WORDS: usize = UNIT / 8;
+const HANG_LIMIT: Duration = Duration::from_secs(120);
+
+/// What each test starts from: the hang guard, a runtime, its region
+/// written once (8x the budget, so most of it is in the store), and a
+/// generator.
+fn paged_region(test: &'static str, seed: u64) -> (HangGuard, Runtime, Pages, Rng) {
+    let guard = hang_guard(test, HANG_LIMIT);
+    let rt = runtime(BUDGET, UNIT, PolicyKind::Clock);
+    let pages = Pages::new(&rt);
+    (guard, rt, pages, Rng(seed))
+}
 
 /// A region whose every word is a function of its page, its index and the
 /// page's version, so that any lost, stale or misplaced byte shows.
@@ -73,17 +86,6 @@ impl Pages {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 /// Objects of two pages at random even page numbers; every fourth is
 /// overwritten, the rest read.
 fn use_objects(pages: &mut Pages, rng: &mut Rng, objects: usize) {
@@ -106,9 +108,10 @@ fn demand_reads(before: &Stats, after: &Stats) -> u64 {
 
 #[test]
 fn objects_spanning_two_pages_cost_one_device_wait() {
-    let rt = runtime(BUDGET, UNIT, PolicyKind::Clock);
-    let mut pages = Pages::new(&rt);
-    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let (_guard, rt, mut pages, mut rng) = paged_region(
+        "objects_spanning_two_pages_cost_one_device_wait",
+        0x2545_F491_4F6C_DD1D,
+    );
     // A few epochs of misses teach the detector the pairs.
     use_objects(&mut pages, &mut rng, 2000);
     let before = rt.stats();
@@ -136,9 +139,10 @@ fn objects_spanning_two_pages_cost_one_device_wait() {
 
 #[test]
 fn random_single_pages_read_no_neighbours() {
-    let rt = runtime(BUDGET, UNIT, PolicyKind::Clock);
-    let mut pages = Pages::new(&rt);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let (_guard, rt, mut pages, mut rng) = paged_region(
+        "random_single_pages_read_no_neighbours",
+        0x9E37_79B9_7F4A_7C15,
+    );
     let n = pages.versions.len();
     let mut touch = |pages: &mut Pages, count: usize| {
         for k in 0..count {
@@ -169,9 +173,10 @@ fn random_single_pages_read_no_neighbours() {
 /// first; the streams must still see a stride of one and read ahead.
 #[test]
 fn a_scan_after_pairs_still_reads_ahead() {
-    let rt = runtime(BUDGET, UNIT, PolicyKind::Clock);
-    let mut pages = Pages::new(&rt);
-    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    let (_guard, rt, mut pages, mut rng) = paged_region(
+        "a_scan_after_pairs_still_reads_ahead",
+        0x1234_5678_9ABC_DEF1,
+    );
     use_objects(&mut pages, &mut rng, 4000);
     let before = rt.stats();
     assert!(

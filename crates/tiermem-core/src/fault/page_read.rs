@@ -24,7 +24,8 @@ pub(crate) struct PageRead {
     /// next window before this one runs out.
     pub marker: bool,
     /// Read with the miss on the page before it (see
-    /// [`neighbours`](super::neighbours)); parked like a marker.
+    /// [`neighbours`](super::neighbours)): mapped at once, unless it is a
+    /// parked sample (`marker` set too).
     pub neighbour: bool,
     pub started_ns: u64,
 }
