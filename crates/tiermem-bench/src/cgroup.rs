@@ -65,6 +65,9 @@ pub struct Counters {
     pub peak_bytes: u64,
     /// Times the limit was hit (v1 `memory.failcnt`, v2 `max` events).
     pub limit_hits: u64,
+    /// Tasks the cgroup's OOM killer killed (`oom_kill` of v1
+    /// `memory.oom_control`, of v2 `memory.events`).
+    pub oom_kills: u64,
 }
 
 /// Reads the counters of the cgroup at `dir` with `read`.
@@ -88,6 +91,9 @@ pub fn read_counters(
                 rss_bytes: total("rss").unwrap_or(0),
                 peak_bytes: number(Version::V1.peak_file()).unwrap_or(0),
                 limit_hits: number("memory.failcnt").unwrap_or(0),
+                oom_kills: read(&dir.join("memory.oom_control"))
+                    .and_then(|control| field(&control, "oom_kill"))
+                    .unwrap_or(0),
             }
         }
         // v2 counts are hierarchical already.
@@ -99,6 +105,9 @@ pub fn read_counters(
             peak_bytes: number(Version::V2.peak_file()).unwrap_or(0),
             limit_hits: read(&dir.join("memory.events"))
                 .and_then(|events| field(&events, "max"))
+                .unwrap_or(0),
+            oom_kills: read(&dir.join("memory.events"))
+                .and_then(|events| field(&events, "oom_kill"))
                 .unwrap_or(0),
         },
     })
@@ -300,7 +309,7 @@ mod tests {
             ("/cg/memory.peak", "2097152\n"),
             (
                 "/cg/memory.events",
-                "low 0\nhigh 0\nmax 17\noom 0\noom_kill 0\n",
+                "low 0\nhigh 0\nmax 17\noom 3\noom_kill 2\n",
             ),
         ]);
         let c = read_counters(Path::new("/cg"), Version::V2, &read).unwrap();
@@ -313,6 +322,7 @@ mod tests {
                 rss_bytes: 1 << 20,
                 peak_bytes: 2 << 20,
                 limit_hits: 17,
+                oom_kills: 2,
             }
         );
     }
@@ -326,13 +336,17 @@ mod tests {
             ),
             ("/cg/memory.max_usage_in_bytes", "50\n"),
             ("/cg/memory.failcnt", "6\n"),
+            (
+                "/cg/memory.oom_control",
+                "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+            ),
         ]);
         let c = read_counters(Path::new("/cg"), Version::V1, &read).unwrap();
         assert_eq!(
             (c.rss_bytes, c.swap_bytes, c.pgfault, c.pgmajfault),
             (10, 20, 30, 40)
         );
-        assert_eq!((c.peak_bytes, c.limit_hits), (50, 6));
+        assert_eq!((c.peak_bytes, c.limit_hits, c.oom_kills), (50, 6, 1));
     }
 
     #[test]

@@ -148,10 +148,18 @@ fn run_mode(
         (Some(r), _) => r,
         (None, Some(msg)) => anyhow::bail!("{msg}"),
         (None, None) if mode.is_kernel_swap() && status.signal() == Some(libc::SIGKILL) => {
+            let oom_kills = sandbox
+                .as_ref()
+                .and_then(|sb| sb.stats().ok())
+                .map_or(0, |stats| stats.oom_kills);
+            let who = match oom_kills {
+                0 => "most likely the memory cgroup's OOM killer (see dmesg)".to_string(),
+                n => format!("the memory cgroup's OOM killer ({n} OOM kill(s); dmesg has details)"),
+            };
             anyhow::bail!(
-                "the worker died without a result ({status}): most likely the memory \
-                 cgroup's OOM killer (see dmesg), which reclaim into fast, compressed swap \
-                 can leave behind in a budget of a few tens of MiB; try a larger --dram"
+                "the worker died without a result ({status}): {who}, which reclaim into \
+                 fast, compressed swap can leave behind in a budget of a few tens of MiB; \
+                 try a larger --dram"
             )
         }
         (None, None) => anyhow::bail!("the worker died without a result ({status})"),

@@ -5,6 +5,7 @@ mod bench_suite;
 mod bench_vm_cmd;
 mod compressed_args;
 mod ctl_cmd;
+mod data_args;
 mod device_cmd;
 mod docs;
 mod duration_args;

@@ -9,17 +9,19 @@ use tiermem_bench::redis_bench::{self, Settings};
 use tiermem_bench::result::Mode;
 
 use crate::compressed_args::CompressedArgs;
+use crate::data_args::DataArg;
 
 /// Redis: DRAM vs tiermem vs kernel swap, side by side.
 ///
 /// For each mode a fresh redis-server (with --save "" --appendonly no
 /// --maxmemory 0, on a free port of 127.0.0.1) is started, then:
 ///   1. load: DATASET / VALUE_SIZE keys `key:<12-digit number>` (the format
-///      redis-benchmark -r uses) with deterministic pseudo-random values,
-///      over a pipelined connection;
+///      redis-benchmark -r uses) with deterministic values of the kind
+///      --data names, over a pipelined connection;
 ///   2. verify: every key is read back and byte-compared;
 ///   3. measure: redis-benchmark -t get,set -r <keys> with the clients,
-///      requests and value size given; it prints requests per second;
+///      requests and value size given; it prints requests per second
+///      (its SETs write values of its own: runs of 'x');
 ///   4. check: DBSIZE must still equal the number of keys loaded.
 ///
 /// Modes:
@@ -39,6 +41,16 @@ use crate::compressed_args::CompressedArgs;
 /// the tier's statistics at its fullest (`compressed`: zswap_* or zram_*
 /// counters with the compression ratio), and a note says the same.
 ///
+/// Values (--data), each a function of its key's number, as the pages of
+/// `tiermem bench --data` are of the page number:
+///   random  pseudo-random bytes, incompressible (the default);
+///   zero    zero bytes;
+///   text    English-like text, about 2.4x with LZ4 (the words of the
+///           page of the same number in `tiermem bench --data text`);
+///   mixed   by key: 10% zero, 10% same-filled, 50% text, 30% random.
+/// Compressed tiers (tiermem's, zswap, zram) gain only on compressible
+/// values, so every report names them.
+///
 /// The table gives load time, GET and SET requests/s, their ratios to
 /// kernel swap and to DRAM, and lost keys; below it come tiermem's own
 /// statistics and the cgroup's counters. Lost or corrupted keys are
@@ -51,6 +63,7 @@ use crate::compressed_args::CompressedArgs;
 ///   tiermem bench-redis                     (1.25 GiB in 320 MiB, all modes)
 ///   tiermem bench-redis --dataset 4G --dram 1G --clients 16 --requests 1000000
 ///   tiermem bench-redis --modes tiermem,kernel-swap --backing /mnt/nvme --json
+///   tiermem bench-redis --data text --modes tiermem,kernel-swap,kernel-zswap
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct RedisBenchArgs {
@@ -64,6 +77,10 @@ pub struct RedisBenchArgs {
     /// Size of each value, also passed to redis-benchmark -d (4096, 4K).
     #[arg(long, default_value = "4096")]
     value_size: String,
+    /// What the loaded values hold: random (incompressible), zero, text
+    /// (about 2.4x with LZ4) or mixed; see above.
+    #[arg(long, value_enum, default_value_t = DataArg::Random)]
+    data: DataArg,
     /// Parallel connections of redis-benchmark (-c).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10000))]
     clients: u32,
@@ -101,6 +118,7 @@ pub fn run(args: &RedisBenchArgs) -> anyhow::Result<i32> {
         dataset: args.dataset.clone(),
         dram: args.dram.clone(),
         value_size: args.value_size.clone(),
+        data: args.data.into(),
         clients: args.clients,
         requests: args.requests,
         backing: args.backing.clone(),

@@ -115,3 +115,67 @@ fn bench_redis_refuses_bad_sizes_with_the_reason() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--redis-server"), "{stderr}");
 }
+
+/// Text values compress: under tiermem most evicted ones go to the
+/// compressed tier, and every key still reads back byte for byte (the
+/// harness compares each value with the one it computes from the key).
+#[test]
+fn bench_redis_text_values_come_back_intact_through_the_compressed_tier() {
+    if !redis_available() {
+        return;
+    }
+    libtiermem::libtiermem();
+    let out = tiermem()
+        .args(["bench-redis", "--dataset", "64M", "--dram", "16M"])
+        .args(["--requests", "2000", "--modes", "tiermem", "--json"])
+        .args(["--data", "text"])
+        .env_remove("TIERMEM_LIB")
+        .env_remove("TIERMEM_COMPRESS")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench-redis failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\n{stderr}"));
+    assert_eq!(v["plan"]["data"], "text", "{stdout}");
+    assert_eq!(v["data_loss"], false, "{stdout}");
+    let run = &v["modes"][0]["run"];
+    for field in ["lost_keys", "corrupt_keys", "missing_after"] {
+        assert_eq!(run[field], 0, "{field} in {run}");
+    }
+    assert_eq!(run["keys_verified"], 16384, "{run}");
+    // "compressed      3948 page(s) in 7.2 MiB (ratio 2.13); stored 48168 ..."
+    let stats = run["tiermem_stats"].as_array().expect("tiermem stats");
+    let compressed = stats
+        .iter()
+        .filter_map(|l| l.as_str())
+        .find(|l| l.starts_with("compressed"))
+        .unwrap_or_else(|| panic!("no compressed line in {run}"));
+    let stored: u64 = compressed
+        .split("stored ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no stored count in {compressed:?}"));
+    // 64 MiB of values in 16 MiB: most of them leave DRAM at least once.
+    assert!(stored > 8192, "{compressed}");
+}
+
+#[test]
+fn bench_redis_refuses_unknown_value_contents_and_names_the_choices() {
+    let out = tiermem()
+        .args(["bench-redis", "--data", "prose"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("prose") && stderr.contains("random, zero, text, mixed"),
+        "{stderr}"
+    );
+}

@@ -56,7 +56,7 @@ pub struct SandboxSpec {
 }
 
 /// Counters of the sandbox's cgroup, read from `memory.stat`,
-/// `memory.max_usage_in_bytes` and `memory.failcnt`.
+/// `memory.max_usage_in_bytes`, `memory.failcnt` and `memory.oom_control`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupStats {
     /// Page faults of the tasks in the cgroup (`total_pgfault`).
@@ -72,6 +72,9 @@ pub struct CgroupStats {
     pub max_usage_bytes: u64,
     /// How many times the limit was hit (`memory.failcnt`).
     pub failcnt: u64,
+    /// Tasks the cgroup's OOM killer killed (`oom_kill`).
+    #[serde(default)]
+    pub oom_kills: u64,
     /// Pages swapped in since the sandbox was created. **System-wide**
     /// (`/proc/vmstat` delta), so other processes' swapping is included.
     pub pswpin: Option<u64>,
@@ -368,6 +371,7 @@ impl SwapSandbox {
             rss_bytes: c.rss_bytes,
             max_usage_bytes: c.peak_bytes,
             failcnt: c.limit_hits,
+            oom_kills: c.oom_kills,
             pswpin: delta(vmstat("pswpin"), self.vmstat_at_start.0),
             pswpout: delta(vmstat("pswpout"), self.vmstat_at_start.1),
         })

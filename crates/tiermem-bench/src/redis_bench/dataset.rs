@@ -7,6 +7,7 @@ use indicatif::ProgressBar;
 
 use super::plan::Plan;
 use super::resp::{encode, Conn, Reply};
+use crate::page_data::PageData;
 
 /// Keys per pipelined batch when loading and verifying.
 const BATCH_KEYS: u64 = 200;
@@ -18,18 +19,12 @@ fn key(i: u64) -> String {
     format!("key:{i:012}")
 }
 
-/// The value of key `i`: xorshift64 seeded from `i`.
-fn fill_value(i: u64, buf: &mut [u8]) {
-    // splitmix64 of i gives a well-mixed, non-zero xorshift state.
-    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    let mut x = (z ^ (z >> 31)) | 1;
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+/// The value of key `i`: its words are those of page `i` of `data`, so a
+/// value holds what a page of `tiermem bench --data` holds.
+fn fill_value(data: PageData, i: u64, buf: &mut [u8]) {
+    for (index, chunk) in buf.chunks_mut(8).enumerate() {
+        let word = data.word(i, index).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
     }
 }
 
@@ -47,7 +42,7 @@ pub(super) fn load(conn: &mut Conn, plan: &Plan, bar: &ProgressBar) -> anyhow::R
         let last = (first + batch).min(plan.keys);
         out.clear();
         for i in first..last {
-            fill_value(i, &mut value);
+            fill_value(plan.data, i, &mut value);
             encode(&mut out, &[b"SET", key(i).as_bytes(), &value]);
         }
         conn.send(&out)?;
@@ -85,7 +80,7 @@ pub(super) fn verify(
             match conn.reply()? {
                 Reply::Bulk(None) => lost += 1,
                 Reply::Bulk(Some(v)) => {
-                    fill_value(i, &mut expected);
+                    fill_value(plan.data, i, &mut expected);
                     if v != expected {
                         corrupt += 1;
                     }
@@ -111,12 +106,31 @@ mod tests {
 
     #[test]
     fn values_are_deterministic_and_distinct() {
-        let (mut a, mut b, mut c) = (vec![0u8; 4099], vec![0u8; 4099], vec![0u8; 4099]);
-        fill_value(7, &mut a);
-        fill_value(7, &mut b);
-        fill_value(8, &mut c);
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        assert!(a.iter().any(|&x| x != 0));
+        for data in [PageData::Random, PageData::Text, PageData::Mixed] {
+            let (mut a, mut b, mut c) = (vec![0u8; 4099], vec![0u8; 4099], vec![0u8; 4099]);
+            fill_value(data, 7, &mut a);
+            fill_value(data, 7, &mut b);
+            fill_value(data, 8, &mut c);
+            assert_eq!(a, b, "{data}");
+            assert_ne!(a, c, "{data}");
+            assert!(a.iter().any(|&x| x != 0), "{data}");
+        }
+    }
+
+    #[test]
+    fn values_hold_the_words_of_their_page() {
+        let mut value = vec![0u8; 4096 + 5];
+        fill_value(PageData::Text, 42, &mut value);
+        for (index, chunk) in value.chunks(8).enumerate() {
+            let word = PageData::Text.word(42, index).to_le_bytes();
+            assert_eq!(chunk, &word[..chunk.len()], "word {index}");
+        }
+        assert!(
+            value[..4096].iter().all(|b| b.is_ascii()),
+            "text values are text"
+        );
+        let mut zero = vec![1u8; 100];
+        fill_value(PageData::Zero, 3, &mut zero);
+        assert!(zero.iter().all(|&b| b == 0));
     }
 }

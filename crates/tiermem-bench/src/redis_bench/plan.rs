@@ -10,6 +10,7 @@ use serde::Serialize;
 use tiermem_core::parse_size;
 
 use crate::compressed::CompressedOptions;
+use crate::page_data::PageData;
 use crate::report::human_bytes;
 use crate::result::Mode;
 
@@ -27,6 +28,8 @@ pub struct Settings {
     pub dram: String,
     /// `--value-size`: the size of each value.
     pub value_size: String,
+    /// `--data`: what the loaded values hold.
+    pub data: PageData,
     /// `--clients`: parallel connections of redis-benchmark.
     pub clients: u32,
     /// `--requests`: requests per test of redis-benchmark.
@@ -53,6 +56,9 @@ pub(super) struct Plan {
     pub(super) dataset_bytes: u64,
     pub(super) dram_bytes: u64,
     pub(super) value_size: u64,
+    /// What the loaded values hold (redis-benchmark's SETs write its own
+    /// values, runs of 'x').
+    pub(super) data: PageData,
     pub(super) keys: u64,
     pub(super) clients: u32,
     pub(super) requests: u64,
@@ -128,6 +134,7 @@ pub(super) fn make_plan(args: Settings) -> anyhow::Result<Plan> {
         dataset_bytes,
         dram_bytes,
         value_size,
+        data: args.data,
         keys,
         clients: args.clients,
         requests: args.requests,

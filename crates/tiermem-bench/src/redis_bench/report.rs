@@ -157,9 +157,10 @@ pub(super) fn one_line(r: &ModeReport) -> String {
 
 pub(super) fn print_human(plan: &Plan, reports: &[ModeReport]) {
     println!(
-        "tiermem bench-redis: {} keys x {} B values (dataset {}), DRAM budget {}, backing {}",
+        "tiermem bench-redis: {} keys x {} B {} values (dataset {}), DRAM budget {}, backing {}",
         plan.keys,
         plan.value_size,
+        plan.data,
         human_bytes(plan.keys * plan.value_size),
         human_bytes(plan.dram_bytes),
         plan.backing.display()
@@ -287,6 +288,9 @@ pub(super) fn print_human(plan: &Plan, reports: &[ModeReport]) {
                 human_bytes(c.max_usage_bytes),
                 human_bytes(c.swap_bytes)
             );
+            if c.oom_kills > 0 {
+                println!("OOM kills       {} by the cgroup's OOM killer", c.oom_kills);
+            }
             let pages = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
             println!(
                 "swap (system)   {} pages in, {} pages out since the swapfile was enabled",

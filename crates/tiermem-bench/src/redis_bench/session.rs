@@ -17,6 +17,7 @@ use super::resp::{Conn, Reply};
 use super::server::{peak_rss, tiermem_summary, Launch, Server, WorkDir};
 use crate::compressed::{self, Sampler};
 use crate::kernel_swap::{SandboxSpec, SwapSandbox};
+use crate::report::human_bytes;
 use crate::result::Mode;
 
 /// Runs one mode; errors become a `Failed` report, unavailability `Skipped`.
@@ -127,7 +128,13 @@ fn session(
     let measured = measure(plan, mode, launch, &server, show_bars);
     let mut result = match measured {
         Ok(r) => r,
-        Err(e) => return Err(server.explain(e)),
+        Err(e) => {
+            let e = server.explain(e);
+            return Err(match launch {
+                Launch::Sandbox(sb) => name_an_oom_kill(sb, plan, e),
+                _ => e,
+            });
+        }
     };
     result.server_exit = server.shutdown()?;
     let stderr = server.stderr.read();
@@ -142,6 +149,21 @@ fn session(
         }
     }
     Ok(result)
+}
+
+/// Says so when the cgroup's OOM killer ended the server: "killed by
+/// signal 9" alone reads like a crash of Redis or of the harness.
+fn name_an_oom_kill(sandbox: &SwapSandbox, plan: &Plan, e: anyhow::Error) -> anyhow::Error {
+    match sandbox.stats() {
+        Ok(stats) if stats.oom_kills > 0 => e.context(format!(
+            "the memory cgroup's OOM killer killed redis-server ({} OOM kill(s) under the {} \
+             limit): reclaim did not keep the cgroup under its limit; the kernel log (dmesg) \
+             has the cgroup's memory at that moment",
+            stats.oom_kills,
+            human_bytes(plan.dram_bytes),
+        )),
+        _ => e,
+    }
 }
 
 fn measure(

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use tiermem_bench::compressed::CompressedOptions;
-use tiermem_bench::page_data::PageData;
 use tiermem_bench::plot;
 use tiermem_bench::result::Mode;
 use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
@@ -21,6 +20,7 @@ use tiermem_core::{parse_size, CompressSettings, Config, FaultDelivery, PolicyKi
 
 use crate::bench_suite;
 use crate::compressed_args::CompressedArgs;
+use crate::data_args::DataArg;
 
 pub(crate) mod device;
 pub(crate) mod output;
@@ -322,30 +322,6 @@ pub struct BenchArgs {
     /// Seed of the access pattern, identical in every mode.
     #[arg(long, default_value_t = 0x7469_6572)]
     seed: u64,
-}
-
-/// The `--data` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum DataArg {
-    /// Pseudo-random bytes: incompressible.
-    Random,
-    /// Zeros beyond the stamp words.
-    Zero,
-    /// English-like text, about 2.4x with LZ4.
-    Text,
-    /// 10% zero, 10% same-filled, 50% text, 30% random pages.
-    Mixed,
-}
-
-impl From<DataArg> for PageData {
-    fn from(d: DataArg) -> PageData {
-        match d {
-            DataArg::Random => PageData::Random,
-            DataArg::Zero => PageData::Zero,
-            DataArg::Text => PageData::Text,
-            DataArg::Mixed => PageData::Mixed,
-        }
-    }
 }
 
 /// The `--workload` values.
