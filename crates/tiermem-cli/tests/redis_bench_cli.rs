@@ -38,19 +38,19 @@ fn redis_available() -> bool {
     false
 }
 
-#[test]
-fn bench_redis_runs_dram_and_tiermem_without_losing_keys() {
-    if !redis_available() {
-        return;
-    }
+/// Runs bench-redis on 64 MiB in 16 MiB with 2,000 requests and `extra`
+/// flags, with tiermem's defaults; returns its JSON, and stdout for messages.
+fn small_run(extra: &[&str]) -> (serde_json::Value, String) {
     libtiermem::libtiermem();
     let out = tiermem()
         .args(["bench-redis", "--dataset", "64M", "--dram", "16M"])
-        .args(["--requests", "2000", "--modes", "dram,tiermem", "--json"])
+        .args(["--requests", "2000", "--json"])
+        .args(extra)
         .env_remove("TIERMEM_LIB")
+        .env_remove("TIERMEM_COMPRESS")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -59,6 +59,15 @@ fn bench_redis_runs_dram_and_tiermem_without_losing_keys() {
     );
     let v: serde_json::Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\n{stderr}"));
+    (v, stdout)
+}
+
+#[test]
+fn bench_redis_runs_dram_and_tiermem_without_losing_keys() {
+    if !redis_available() {
+        return;
+    }
+    let (v, stdout) = small_run(&["--modes", "dram,tiermem"]);
     assert_eq!(v["data_loss"], false, "{stdout}");
     assert_eq!(v["plan"]["keys"], 16384, "{stdout}");
     let modes = v["modes"].as_array().expect("modes array");
@@ -124,24 +133,7 @@ fn bench_redis_text_values_come_back_intact_through_the_compressed_tier() {
     if !redis_available() {
         return;
     }
-    libtiermem::libtiermem();
-    let out = tiermem()
-        .args(["bench-redis", "--dataset", "64M", "--dram", "16M"])
-        .args(["--requests", "2000", "--modes", "tiermem", "--json"])
-        .args(["--data", "text"])
-        .env_remove("TIERMEM_LIB")
-        .env_remove("TIERMEM_COMPRESS")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench-redis failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let v: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\n{stderr}"));
+    let (v, stdout) = small_run(&["--modes", "tiermem", "--data", "text"]);
     assert_eq!(v["plan"]["data"], "text", "{stdout}");
     assert_eq!(v["data_loss"], false, "{stdout}");
     let run = &v["modes"][0]["run"];
