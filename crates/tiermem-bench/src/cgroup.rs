@@ -97,19 +97,19 @@ pub fn read_counters(
             }
         }
         // v2 counts are hierarchical already.
-        Version::V2 => Counters {
-            pgfault: field(&stat, "pgfault").unwrap_or(0),
-            pgmajfault: field(&stat, "pgmajfault").unwrap_or(0),
-            swap_bytes: number("memory.swap.current").unwrap_or(0),
-            rss_bytes: field(&stat, "anon").unwrap_or(0),
-            peak_bytes: number(Version::V2.peak_file()).unwrap_or(0),
-            limit_hits: read(&dir.join("memory.events"))
-                .and_then(|events| field(&events, "max"))
-                .unwrap_or(0),
-            oom_kills: read(&dir.join("memory.events"))
-                .and_then(|events| field(&events, "oom_kill"))
-                .unwrap_or(0),
-        },
+        Version::V2 => {
+            let events = read(&dir.join("memory.events")).unwrap_or_default();
+            let events = |key: &str| field(&events, key).unwrap_or(0);
+            Counters {
+                pgfault: field(&stat, "pgfault").unwrap_or(0),
+                pgmajfault: field(&stat, "pgmajfault").unwrap_or(0),
+                swap_bytes: number("memory.swap.current").unwrap_or(0),
+                rss_bytes: field(&stat, "anon").unwrap_or(0),
+                peak_bytes: number(Version::V2.peak_file()).unwrap_or(0),
+                limit_hits: events("max"),
+                oom_kills: events("oom_kill"),
+            }
+        }
     })
 }
 

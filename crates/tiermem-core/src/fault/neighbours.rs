@@ -113,10 +113,12 @@ impl NeighbourReads {
     /// Counts a miss; returns its position in the epoch.
     fn count_miss(&self) -> u32 {
         let position = self.misses.fetch_add(1, Relaxed) + 1;
-        // Only the miss that completes the epoch decides: a handler that
+        // Only the miss that completes an epoch decides: a handler that
         // counts past it meanwhile must not decide again on the pairs of
-        // an epoch just begun. The subtraction keeps its count.
-        if position != EPOCH {
+        // an epoch just begun. The subtraction keeps its count, and any
+        // multiple decides, so that a count carried past the next end
+        // before the subtraction still comes back.
+        if !position.is_multiple_of(EPOCH) {
             return position;
         }
         self.misses.fetch_sub(EPOCH, Relaxed);
@@ -195,6 +197,20 @@ mod tests {
         n.misses.store(EPOCH, Relaxed);
         assert_eq!(n.count_miss(), EPOCH + 1);
         assert!(n.is_on());
+    }
+
+    #[test]
+    fn a_count_carried_past_the_next_epoch_still_decides() {
+        let n = NeighbourReads::default();
+        miss_many(&n, (0..EPOCH as u64).flat_map(|i| [i * 1000, i * 1000 + 1]));
+        assert!(n.is_on());
+        // Handlers counted a whole epoch more before the subtraction: the
+        // miss at twice the epoch decides (no pairs: off) and brings the
+        // count back, instead of counting on with no decision ever again.
+        n.misses.store(2 * EPOCH - 1, Relaxed);
+        n.count_miss();
+        assert!(!n.is_on());
+        assert_eq!(n.misses.load(Relaxed), EPOCH);
     }
 
     #[test]
