@@ -289,7 +289,7 @@ pub const SETTINGS: &[Setting] = &[
         flag_of: "bench",
         default: "lz4",
         value: "lz4",
-        doc: "compressed tier: `lz4` keeps evicted pages LZ4-compressed in DRAM before the store (see [The compressed tier](#the-compressed-tier)), `off` sends them straight to the store",
+        doc: "compressed tier: `lz4` keeps evicted pages LZ4-compressed in DRAM before the store, at LZ4HC's mid level (see [The compressed tier](#the-compressed-tier)); `lz4-fast` uses LZ4's fast mode instead; `off` sends them straight to the store",
         read_by_library: true,
     },
     Setting {

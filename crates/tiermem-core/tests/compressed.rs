@@ -154,6 +154,13 @@ fn lz4(share_percent: u32) -> CompressSettings {
     }
 }
 
+fn lz4_fast(share_percent: u32) -> CompressSettings {
+    CompressSettings {
+        codec: Codec::Lz4Fast,
+        share_percent,
+    }
+}
+
 fn assert_intact(region: &mut Region<'_>, when: &str) {
     let wrong = region.wrong_pages();
     assert!(
@@ -193,10 +200,20 @@ fn every_kind_of_page_survives_the_pool_and_the_store_byte_for_byte() {
         "every_kind_of_page_survives_the_pool_and_the_store_byte_for_byte",
         HANG_LIMIT,
     );
+    every_kind_of_page_survives(lz4(20));
+}
+
+#[test]
+fn every_kind_of_page_survives_with_lz4_fast_mode() {
+    let _guard = hang_guard("every_kind_of_page_survives_with_lz4_fast_mode", HANG_LIMIT);
+    every_kind_of_page_survives(lz4_fast(20));
+}
+
+fn every_kind_of_page_survives(settings: CompressSettings) {
     // 32 MiB in an 8 MiB budget, the pool at most a fifth of it: the
     // text and same-filled pages (16 MiB, about 4 MiB compressed)
     // overflow the pool, so it writes back to the store.
-    let rt = runtime(8 << 20, lz4(20));
+    let rt = runtime(8 << 20, settings);
     let mut region = Region::new(&rt, 8192);
     assert_intact(&mut region, "after the first fill");
     for round in 0..3 {

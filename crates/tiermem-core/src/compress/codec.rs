@@ -1,6 +1,9 @@
 //! What an evicted page becomes in the pool: one word if every word of it
 //! is the same, LZ4 if that saves at least a quarter, nothing otherwise.
 
+use super::lz4::{self, Compressor, Level};
+use super::settings::Codec;
+
 /// A page kept as less than a quarter saved costs a pool object and a
 /// decompression on every hit for little DRAM: such pages go to the store
 /// (as zswap's rejections of poorly compressing pages).
@@ -19,16 +22,23 @@ pub enum Encoded<'a> {
     Incompressible,
 }
 
-/// Scratch space for one compression: LZ4 needs room for its worst case
-/// even when the result is small.
+/// The compressor and scratch space for one compression: LZ4 needs room
+/// for its worst case even when the result is small.
 pub struct Encoder {
+    compressor: Compressor,
     out: Vec<u8>,
 }
 
 impl Encoder {
-    pub fn new(page_size: usize) -> Encoder {
+    /// An encoder for `codec`, which must be on.
+    pub fn new(page_size: usize, codec: Codec) -> Encoder {
+        let level = match codec {
+            Codec::Lz4Fast => Level::Fast,
+            Codec::Lz4 | Codec::Off => Level::Mid,
+        };
         Encoder {
-            out: vec![0; lz4_flex::block::get_maximum_output_size(page_size)],
+            compressor: Compressor::new(level),
+            out: vec![0; lz4::compress_bound(page_size)],
         }
     }
 
@@ -36,8 +46,8 @@ impl Encoder {
         if let Some(word) = same_filled(page) {
             return Encoded::SameFilled(word);
         }
-        match lz4_flex::block::compress_into(page, &mut self.out) {
-            Ok(n) if worth_keeping(n, page.len()) => Encoded::Lz4(&self.out[..n]),
+        match self.compressor.compress(page, &mut self.out) {
+            Some(n) if worth_keeping(n, page.len()) => Encoded::Lz4(&self.out[..n]),
             _ => Encoded::Incompressible,
         }
     }
@@ -66,7 +76,7 @@ pub fn fill_same(page: &mut [u8], word: u64) {
 /// Decompresses LZ4 `bytes` into `page`; false unless exactly a page came
 /// out (the pool is the runtime's own memory, so this means a bug).
 pub fn decode_lz4(bytes: &[u8], page: &mut [u8]) -> bool {
-    matches!(lz4_flex::block::decompress_into(bytes, page), Ok(n) if n == page.len())
+    lz4::decompress(bytes, page) == Some(page.len())
 }
 
 #[cfg(test)]
@@ -88,7 +98,7 @@ mod tests {
 
     #[test]
     fn each_kind_of_page_is_encoded_as_it_should_be() {
-        let mut enc = Encoder::new(4096);
+        let mut enc = Encoder::new(4096, Codec::Lz4);
         let same = vec![0xabu8; 4096];
         assert!(
             matches!(enc.encode(&same), Encoded::SameFilled(w) if w == u64::from_ne_bytes([0xab; 8]))
@@ -120,7 +130,7 @@ mod tests {
 
     #[test]
     fn a_truncated_block_does_not_decode_to_a_page() {
-        let mut enc = Encoder::new(4096);
+        let mut enc = Encoder::new(4096, Codec::Lz4Fast);
         let Encoded::Lz4(bytes) = enc.encode(&text_page()) else {
             panic!("text must compress");
         };

@@ -17,6 +17,7 @@
 //! only read and free objects (see `fault::compressed`).
 
 pub(crate) mod codec;
+pub(crate) mod lz4;
 pub(crate) mod pool;
 pub mod settings;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::Evictor;
 use crate::compress::codec::{Encoded, Encoder};
 use crate::compress::pool::{Appended, Body, Pool};
-use crate::compress::CompressedTier;
+use crate::compress::{Codec, CompressedTier};
 use crate::frames::{FrameNo, BATCH};
 use crate::page_table::{Kind, PageNo, PageState};
 use crate::shared::Shared;
@@ -51,9 +51,9 @@ pub(super) struct PoolWork {
 }
 
 impl PoolWork {
-    pub fn new(page_size: usize) -> PoolWork {
+    pub fn new(page_size: usize, codec: Codec) -> PoolWork {
         PoolWork {
-            encoder: Encoder::new(page_size),
+            encoder: Encoder::new(page_size, codec),
             handles: Vec::new(),
             entries: Vec::with_capacity(BATCH),
             probation_batch: Vec::with_capacity(BATCH),

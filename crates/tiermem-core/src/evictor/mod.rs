@@ -126,7 +126,7 @@ impl<'a> Evictor<'a> {
             written: Vec::with_capacity(BATCH),
             ring: write_ring(rt),
             sealed: rt.seal_scratch(BATCH),
-            pool: compressed::PoolWork::new(rt.page_size),
+            pool: compressed::PoolWork::new(rt.page_size, rt.config.compress.codec),
         }
     }
 
