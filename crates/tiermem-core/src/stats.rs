@@ -76,6 +76,9 @@ pub struct Counters {
     pub same_filled_pages: AtomicU64,
     /// Pages that saved less than a quarter, sent to the store instead.
     pub compress_rejected: AtomicU64,
+    /// Pages a full pool sent to the store uncompressed because it served
+    /// no hits (a first fill).
+    pub compress_bypassed: AtomicU64,
     /// Compressed pages that left for the store (written, or dropped clean).
     pub compressed_writebacks: AtomicU64,
     /// Faults served by decompressing.
@@ -329,6 +332,9 @@ pub struct Stats {
     pub same_filled_pages: u64,
     /// Pages that saved less than a quarter, sent to the store instead.
     pub compress_rejected: u64,
+    /// Pages a full pool sent to the store uncompressed because it served
+    /// no hits (a first fill).
+    pub compress_bypassed: u64,
     /// Compressed pages that left for the store (written, or dropped clean).
     pub compressed_writebacks: u64,
     /// Faults served by decompressing.
@@ -397,6 +403,7 @@ impl Counters {
         s.compressed_stores = self.compressed_stores.load(Relaxed);
         s.same_filled_pages = self.same_filled_pages.load(Relaxed);
         s.compress_rejected = self.compress_rejected.load(Relaxed);
+        s.compress_bypassed = self.compress_bypassed.load(Relaxed);
         s.compressed_writebacks = self.compressed_writebacks.load(Relaxed);
         s.compressed_hits = self.compressed_hits.load(Relaxed);
         s.compaction_moves = self.compaction_moves.load(Relaxed);

@@ -178,11 +178,12 @@ fn assert_intact(region: &mut Region<'_>, when: &str) {
 
 fn summary(s: &Stats) -> String {
     format!(
-        "stores {} same {} rejected {} hits {} written back {} moved {} pool {} KiB, {} pages, \
+        "stores {} same {} rejected {} passed {} hits {} written back {} moved {} pool {} KiB, {} pages, \
          page-ins {} page-outs {} zero drops {}",
         s.compressed_stores,
         s.same_filled_pages,
         s.compress_rejected,
+        s.compress_bypassed,
         s.compressed_hits,
         s.compressed_writebacks,
         s.compaction_moves,
@@ -352,4 +353,37 @@ fn with_compression_off_no_page_enters_the_pool() {
         summary(&s)
     );
     assert!(s.page_outs > 0);
+}
+
+#[test]
+fn a_full_pool_without_hits_lets_pages_pass_and_hits_take_it_back() {
+    let _guard = hang_guard(
+        "a_full_pool_without_hits_lets_pages_pass_and_hits_take_it_back",
+        HANG_LIMIT,
+    );
+    // 64 MiB filled in order in an 8 MiB budget, the pool at most a fifth
+    // of it: the pool is full long before the fill ends, and nothing
+    // faults a compressed page back while it runs.
+    let rt = runtime(8 << 20, lz4(20));
+    let mut region = Region::new(&rt, 16_384);
+    let filled = rt.stats();
+    assert!(
+        filled.compress_bypassed > 1000,
+        "a first fill must pass a full, unused pool by: {}",
+        summary(&filled)
+    );
+    assert_intact(&mut region, "after the first fill");
+    // Uniform access faults compressed pages back: the pool is used, and
+    // takes pages again (while passing by, it takes one in 16).
+    let checked = rt.stats();
+    region.churn(60_000, 7);
+    let churned = rt.stats();
+    let stored = churned.compressed_stores - checked.compressed_stores;
+    let passed = churned.compress_bypassed - checked.compress_bypassed;
+    assert!(
+        churned.compressed_hits > checked.compressed_hits + 1000 && stored > 2 * passed,
+        "hits must turn the pool back on: {stored} stored against {passed} passed by; {}",
+        summary(&churned)
+    );
+    assert_intact(&mut region, "after the churn");
 }

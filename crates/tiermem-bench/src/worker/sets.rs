@@ -150,6 +150,7 @@ impl WorkingSet for TiermemSet {
             ("compressed_stores", s.compressed_stores),
             ("same_filled_pages", s.same_filled_pages),
             ("compress_rejected", s.compress_rejected),
+            ("compress_bypassed", s.compress_bypassed),
             ("compressed_writebacks", s.compressed_writebacks),
             ("compressed_hits", s.compressed_hits),
             ("compaction_moves", s.compaction_moves),
@@ -203,7 +204,8 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
     format!(
         "compressed tier ({}, at most {}% of the budget): {} pages in {:.1} MiB after the measured phase \
          ({:.0}% of it objects), ratio {:.2}x; \
-         {} stored ({} same-filled), {} rejected, {} written back; {} hits, p50 {:.1} us, p99 {:.1} us",
+         {} stored ({} same-filled), {} rejected, {} passed by while full and unused, {} written back; \
+         {} hits, p50 {:.1} us, p99 {:.1} us",
         s.compression,
         config.compress.share_percent,
         s.compressed_pages,
@@ -213,6 +215,7 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
         s.compressed_stores,
         s.same_filled_pages,
         s.compress_rejected,
+        s.compress_bypassed,
         s.compressed_writebacks,
         s.compressed_hits,
         s.compressed_hit_latency.p50_ns as f64 / 1000.0,

@@ -293,7 +293,8 @@ fn compressed_line(s: &Stats) -> String {
     }
     format!(
         "compressed      {pages} page(s) in {pool} (ratio {ratio:.2}); stored {stores} \
-         (same-filled {same}), rejected {rejected}, written back {wb}; hits {hits} \
+         (same-filled {same}), rejected {rejected}, passed by {bypassed}, written back {wb}; \
+         hits {hits} \
          (p50 {p50}, p99 {p99})\n",
         pages = s.compressed_pages,
         pool = mib(s.pool_bytes),
@@ -301,6 +302,7 @@ fn compressed_line(s: &Stats) -> String {
         stores = s.compressed_stores,
         same = s.same_filled_pages,
         rejected = s.compress_rejected,
+        bypassed = s.compress_bypassed,
         wb = s.compressed_writebacks,
         hits = s.compressed_hits,
         p50 = us(s.compressed_hit_latency.p50_ns),

@@ -2,6 +2,7 @@
 //! probation, write the oldest compressed pages back when the pool is
 //! full, close the pool's holes, and shrink it with the budget.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Evictor;
@@ -19,6 +20,19 @@ use crate::stats::Counters;
 /// success turns every page back on.
 const REJECT_STREAK: u32 = 64;
 const SAMPLE_EVERY: u32 = 16;
+
+/// Pages stored in a full pool with no compressed hit anywhere meanwhile,
+/// after which a full pool takes only every [`SAMPLE_EVERY`]th page. A
+/// full pool makes room by writing its oldest pages back, so a page it
+/// takes costs a compression, and often a decompression and a write,
+/// where sending the page to the store costs the write alone: worth it
+/// only if compressed pages are faulted back. They are not while a
+/// program fills its memory for the first time (the bench's first touch
+/// of text ran at 56k pages/s through the pool, 148k without it), and
+/// then a pool of old pages only delays the store. On uniform text, where
+/// the pool pays, a hit comes every ten or so stores; the sampled pages
+/// bring the hits back that turn the pool on again.
+const STORES_WITHOUT_HIT: u32 = 1024;
 
 /// Holes the pool tolerates before it compacts, in percent of its DRAM.
 /// Faults free objects all over the pool; moving the live rest of a
@@ -48,6 +62,12 @@ pub(super) struct PoolWork {
     probation_batch: Vec<(PageNo, PageState, FrameNo)>,
     rejected_in_a_row: u32,
     skipped: u32,
+    /// Pages stored in a full pool since the last compressed hit.
+    full_stores_without_hit: u32,
+    /// `compressed_hits` when last looked at.
+    hits_seen: u64,
+    /// Pages let by while passing by, to take every 16th.
+    bypass_skipped: u32,
 }
 
 impl PoolWork {
@@ -59,7 +79,27 @@ impl PoolWork {
             probation_batch: Vec::with_capacity(BATCH),
             rejected_in_a_row: 0,
             skipped: 0,
+            full_stores_without_hit: 0,
+            hits_seen: 0,
+            bypass_skipped: 0,
         }
+    }
+
+    /// Whether a full pool should let this page go to the store: no
+    /// compressed hit for [`STORES_WITHOUT_HIT`] pages stored while full,
+    /// except every [`SAMPLE_EVERY`]th page.
+    fn bypassing_full_pool(&mut self, hits: u64) -> bool {
+        if hits != self.hits_seen {
+            self.hits_seen = hits;
+            self.full_stores_without_hit = 0;
+            return false;
+        }
+        if self.full_stores_without_hit < STORES_WITHOUT_HIT {
+            self.full_stores_without_hit += 1;
+            return false;
+        }
+        self.bypass_skipped += 1;
+        !self.bypass_skipped.is_multiple_of(SAMPLE_EVERY)
     }
 
     /// Whether to skip this page's compression (a long rejection streak).
@@ -93,7 +133,17 @@ impl<'a> Evictor<'a> {
             return false;
         }
         let cap = tier.cap_segments(rt.budget.limit(), rt.page_size);
-        if !self.make_room(tier, Pool::object_size(rt.page_size * 3 / 4), cap) {
+        let size = Pool::object_size(rt.page_size * 3 / 4);
+        // At its cap, every page the pool takes displaces an older one, even
+        // while the last write-back's room lasts.
+        if tier.pool.committed_segments() + 1 >= cap {
+            let hits = rt.counters.compressed_hits.load(Ordering::Relaxed);
+            if self.pool.bypassing_full_pool(hits) {
+                Counters::add(&rt.counters.compress_bypassed, 1);
+                return false;
+            }
+        }
+        if !self.make_room(tier, size, cap) {
             return false;
         }
         // SAFETY: the frame is ours and holds the page.
