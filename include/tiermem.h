@@ -122,6 +122,7 @@ struct tm_stats {
     uint64_t neighbour_reads;     /* pages read with a miss on the page before (part of prefetch_issued) */
     uint64_t neighbour_samples;   /* of those, parked to sample their use */
     uint64_t neighbour_used;      /* sampled neighbours the program used */
+    uint64_t compress_bypassed;   /* sent to the store uncompressed by a full pool that served no hits */
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

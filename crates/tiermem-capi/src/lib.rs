@@ -165,6 +165,9 @@ pub struct TmStats {
     pub neighbour_samples: u64,
     /// Sampled neighbours the program used.
     pub neighbour_used: u64,
+    /// Pages a full compressed pool that served no hits sent to the store
+    /// uncompressed.
+    pub compress_bypassed: u64,
 }
 
 thread_local! {
@@ -450,6 +453,7 @@ fn to_c(s: &Stats) -> TmStats {
         neighbour_reads: s.neighbour_reads,
         neighbour_samples: s.neighbour_samples,
         neighbour_used: s.neighbour_used,
+        compress_bypassed: s.compress_bypassed,
     }
 }
 
