@@ -27,7 +27,7 @@ pub enum Codec {
     /// No compressed tier: evicted pages go straight to the store.
     Off,
     /// LZ4 blocks from LZ4HC's mid level: about 8% smaller than the fast
-    /// mode's on text, quicker to decompress, and about 1.4x its
+    /// mode's on text, as quick to decompress, and about 1.4x its
     /// compression time, which the evictor spends off the fault path.
     Lz4,
     /// LZ4 blocks from LZ4's fast mode: for a machine whose CPU, not DRAM,

@@ -21,7 +21,7 @@ use crate::stats::Counters;
 const REJECT_STREAK: u32 = 64;
 const SAMPLE_EVERY: u32 = 16;
 
-/// Pages stored in a full pool with no compressed hit anywhere meanwhile,
+/// Pages offered to a full pool with no compressed hit anywhere meanwhile,
 /// after which a full pool takes only every [`SAMPLE_EVERY`]th page. A
 /// full pool makes room by writing its oldest pages back, so a page it
 /// takes costs a compression, and often a decompression and a write,
@@ -62,7 +62,7 @@ pub(super) struct PoolWork {
     probation_batch: Vec<(PageNo, PageState, FrameNo)>,
     rejected_in_a_row: u32,
     skipped: u32,
-    /// Pages stored in a full pool since the last compressed hit.
+    /// Pages offered to a full pool since the last compressed hit.
     full_stores_without_hit: u32,
     /// `compressed_hits` when last looked at.
     hits_seen: u64,
@@ -86,7 +86,7 @@ impl PoolWork {
     }
 
     /// Whether a full pool should let this page go to the store: no
-    /// compressed hit for [`STORES_WITHOUT_HIT`] pages stored while full,
+    /// compressed hit for [`STORES_WITHOUT_HIT`] pages offered while full,
     /// except every [`SAMPLE_EVERY`]th page.
     fn bypassing_full_pool(&mut self, hits: u64) -> bool {
         if hits != self.hits_seen {
