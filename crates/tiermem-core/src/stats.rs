@@ -323,9 +323,11 @@ pub struct Stats {
     pub compressed_pages: u64,
     /// Bytes their objects take (headers included).
     pub compressed_bytes: u64,
-    /// DRAM the compressed pool holds (committed segments), part of
-    /// `resident_bytes`.
+    /// DRAM the compressed tier holds (the pool's committed segments and
+    /// the dictionary), part of `resident_bytes`.
     pub pool_bytes: u64,
+    /// Of `pool_bytes`, the dictionary's: 0 until it is gathered and in use.
+    pub compress_dictionary_bytes: u64,
     /// Pages that entered the compressed tier, same-filled ones included.
     pub compressed_stores: u64,
     /// Of those, pages kept as one repeated word.

@@ -151,15 +151,26 @@ fn lz4(share_percent: u32) -> CompressSettings {
     CompressSettings {
         codec: Codec::Lz4,
         share_percent,
+        dictionary: true,
     }
 }
 
 fn lz4_fast(share_percent: u32) -> CompressSettings {
     CompressSettings {
         codec: Codec::Lz4Fast,
-        share_percent,
+        ..lz4(share_percent)
     }
 }
+
+fn lz4_alone(share_percent: u32) -> CompressSettings {
+    CompressSettings {
+        dictionary: false,
+        ..lz4(share_percent)
+    }
+}
+
+/// The dictionary's size once gathered and in use.
+const DICTIONARY: u64 = 64 << 10;
 
 fn assert_intact(region: &mut Region<'_>, when: &str) {
     let wrong = region.wrong_pages();
@@ -178,8 +189,8 @@ fn assert_intact(region: &mut Region<'_>, when: &str) {
 
 fn summary(s: &Stats) -> String {
     format!(
-        "stores {} same {} rejected {} passed {} hits {} written back {} moved {} pool {} KiB, {} pages, \
-         page-ins {} page-outs {} zero drops {}",
+        "stores {} same {} rejected {} passed {} hits {} written back {} moved {} pool {} KiB \
+         (dictionary {} KiB), {} pages, page-ins {} page-outs {} zero drops {}",
         s.compressed_stores,
         s.same_filled_pages,
         s.compress_rejected,
@@ -188,6 +199,7 @@ fn summary(s: &Stats) -> String {
         s.compressed_writebacks,
         s.compaction_moves,
         s.pool_bytes >> 10,
+        s.compress_dictionary_bytes >> 10,
         s.compressed_pages,
         s.page_ins,
         s.page_outs,
@@ -210,6 +222,15 @@ fn every_kind_of_page_survives_with_lz4_fast_mode() {
     every_kind_of_page_survives(lz4_fast(20));
 }
 
+#[test]
+fn every_kind_of_page_survives_without_a_dictionary() {
+    let _guard = hang_guard(
+        "every_kind_of_page_survives_without_a_dictionary",
+        HANG_LIMIT,
+    );
+    every_kind_of_page_survives(lz4_alone(20));
+}
+
 fn every_kind_of_page_survives(settings: CompressSettings) {
     // 32 MiB in an 8 MiB budget, the pool at most a fifth of it: the
     // text and same-filled pages (16 MiB, about 4 MiB compressed)
@@ -223,6 +244,11 @@ fn every_kind_of_page_survives(settings: CompressSettings) {
     }
     let s = rt.stats();
     let what = summary(&s);
+    // The dictionary is gathered from the first 16 text pages, charged
+    // as pool DRAM, and used for the rest: every check above read pages
+    // compressed both before and after it.
+    let dictionary = if settings.dictionary { DICTIONARY } else { 0 };
+    assert_eq!(s.compress_dictionary_bytes, dictionary, "{what}");
     assert!(s.compressed_stores > 1000, "{what}");
     assert!(s.same_filled_pages > 100, "{what}");
     assert!(
@@ -301,10 +327,11 @@ fn a_forked_child_reads_the_pages_its_parent_held_compressed() {
     let rt = runtime(8 << 20, lz4(50));
     let mut region = Region::new(&rt, 4096);
     region.churn(10_000, 3);
+    let s = rt.stats();
     assert!(
-        rt.stats().compressed_pages > 200,
-        "{}",
-        summary(&rt.stats())
+        s.compressed_pages > 200 && s.compress_dictionary_bytes == DICTIONARY,
+        "the child must inherit pages compressed with the dictionary: {}",
+        summary(&s)
     );
     // SAFETY: the child only touches tiered memory and its own heap
     // copies, then _exits.

@@ -203,7 +203,7 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
     }
     format!(
         "compressed tier ({}, at most {}% of the budget): {} pages in {:.1} MiB after the measured phase \
-         ({:.0}% of it objects), ratio {:.2}x; \
+         ({:.0}% of it objects, {} KiB of it the dictionary), ratio {:.2}x; \
          {} stored ({} same-filled), {} rejected, {} passed by while full and unused, {} written back; \
          {} hits, p50 {:.1} us, p99 {:.1} us",
         s.compression,
@@ -211,6 +211,7 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
         s.compressed_pages,
         s.pool_bytes as f64 / (1 << 20) as f64,
         100.0 * s.compressed_bytes as f64 / s.pool_bytes.max(1) as f64,
+        s.compress_dictionary_bytes >> 10,
         s.compression_ratio(),
         s.compressed_stores,
         s.same_filled_pages,

@@ -286,19 +286,28 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     text
 }
 
+/// The dictionary, as the compressed line names it.
+fn dictionary_words(bytes: u64) -> String {
+    match bytes {
+        0 => "no dictionary".into(),
+        b => format!("{} KiB dictionary", b >> 10),
+    }
+}
+
 /// The compressed tier: what it holds and what it served.
 fn compressed_line(s: &Stats) -> String {
     if s.compression == "off" {
         return "compressed      off (TIERMEM_COMPRESS=off)\n".to_string();
     }
     format!(
-        "compressed      {pages} page(s) in {pool} (ratio {ratio:.2}); stored {stores} \
+        "compressed      {pages} page(s) in {pool} (ratio {ratio:.2}, {dictionary}); stored {stores} \
          (same-filled {same}), rejected {rejected}, passed by {bypassed}, written back {wb}; \
          hits {hits} \
          (p50 {p50}, p99 {p99})\n",
         pages = s.compressed_pages,
         pool = mib(s.pool_bytes),
         ratio = s.compression_ratio(),
+        dictionary = dictionary_words(s.compress_dictionary_bytes),
         stores = s.compressed_stores,
         same = s.same_filled_pages,
         rejected = s.compress_rejected,
@@ -425,6 +434,7 @@ mod tests {
             compression: "lz4",
             compressed_pages: 1024,
             pool_bytes: 1 << 20,
+            compress_dictionary_bytes: 64 << 10,
             compressed_hits: 33,
             ..Stats::default()
         };
@@ -437,7 +447,7 @@ mod tests {
             "clean drops 5",
             "peak resident 16.0 MiB (50.0% of budget)",
             "p99",
-            "compressed      1024 page(s) in 1.0 MiB (ratio 4.00)",
+            "compressed      1024 page(s) in 1.0 MiB (ratio 4.00, 64 KiB dictionary)",
             "hits 33",
         ] {
             assert!(text.contains(word), "missing {word:?} in\n{text}");

@@ -12,7 +12,7 @@ use tiermem_bench::runner::{run_plan, BenchPlan, Placement};
 use tiermem_bench::scan_resistance::ScanShape;
 use tiermem_bench::worker::{worker_main, Workload, WorkloadSpec};
 use tiermem_bench::zswap::PoolInBudget;
-use tiermem_core::compress::settings::{ENV_COMPRESS, ENV_COMPRESS_SHARE};
+use tiermem_core::compress::settings::{ENV_COMPRESS, ENV_COMPRESS_DICT, ENV_COMPRESS_SHARE};
 use tiermem_core::cpuidle::IdleWait;
 use tiermem_core::cpus::CpuChoice;
 use tiermem_core::settings;
@@ -257,6 +257,17 @@ pub struct BenchArgs {
     /// percent (1-90).
     #[arg(long, value_name = "PERCENT", default_value_t = tiermem_core::compress::settings::DEFAULT_SHARE_PERCENT, env = "TIERMEM_COMPRESS_SHARE")]
     compress_share: u32,
+    /// on: tiermem's compressed tier gathers a 64 KiB dictionary from the
+    /// first pages that compress and compresses every later page with it
+    /// (text packs about 1.6x tighter, and a hit decompresses about 1.5 us
+    /// slower); off: each page is compressed alone.
+    #[arg(
+        long,
+        value_name = "on|off",
+        default_value = settings::known("TIERMEM_COMPRESS_DICT").value,
+        env = "TIERMEM_COMPRESS_DICT"
+    )]
+    compress_dict: String,
     /// Application threads accessing the working set [default: 1]
     /// (scan-resistance: 1).
     #[arg(long)]
@@ -354,6 +365,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
     let compress = CompressSettings::from_lookup(&|var| match var {
         ENV_COMPRESS => Some(args.compress.clone()),
         ENV_COMPRESS_SHARE => Some(share.to_string()),
+        ENV_COMPRESS_DICT => Some(args.compress_dict.clone()),
         _ => None,
     })?;
     let io = tiermem_core::IoSettings {

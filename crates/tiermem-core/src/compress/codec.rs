@@ -18,6 +18,8 @@ pub enum Encoded<'a> {
     SameFilled(u64),
     /// LZ4 block bytes.
     Lz4(&'a [u8]),
+    /// LZ4 block bytes that decode only with the tier's dictionary.
+    Lz4WithDictionary(&'a [u8]),
     /// Saves less than a quarter: to the store.
     Incompressible,
 }
@@ -42,12 +44,20 @@ impl Encoder {
         }
     }
 
-    pub fn encode<'a>(&'a mut self, page: &[u8]) -> Encoded<'a> {
+    /// Encodes `page`, with `dictionary` once there is one (it never
+    /// changes once given: the first one given is kept).
+    pub fn encode<'a>(&'a mut self, page: &[u8], dictionary: Option<&[u8]>) -> Encoded<'a> {
         if let Some(word) = same_filled(page) {
             return Encoded::SameFilled(word);
         }
+        if let Some(bytes) = dictionary.filter(|_| !self.compressor.has_dictionary()) {
+            self.compressor.load_dictionary(bytes);
+        }
         match self.compressor.compress(page, &mut self.out) {
-            Some(n) if worth_keeping(n, page.len()) => Encoded::Lz4(&self.out[..n]),
+            Some(n) if worth_keeping(n, page.len()) => match self.compressor.has_dictionary() {
+                true => Encoded::Lz4WithDictionary(&self.out[..n]),
+                false => Encoded::Lz4(&self.out[..n]),
+            },
             _ => Encoded::Incompressible,
         }
     }
@@ -101,10 +111,10 @@ mod tests {
         let mut enc = Encoder::new(4096, Codec::Lz4);
         let same = vec![0xabu8; 4096];
         assert!(
-            matches!(enc.encode(&same), Encoded::SameFilled(w) if w == u64::from_ne_bytes([0xab; 8]))
+            matches!(enc.encode(&same, None), Encoded::SameFilled(w) if w == u64::from_ne_bytes([0xab; 8]))
         );
         let text = text_page();
-        let Encoded::Lz4(bytes) = enc.encode(&text) else {
+        let Encoded::Lz4(bytes) = enc.encode(&text, None) else {
             panic!("text must compress");
         };
         assert!(
@@ -125,18 +135,49 @@ mod tests {
                 x as u8
             })
             .collect();
-        assert!(matches!(enc.encode(&random), Encoded::Incompressible));
+        assert!(matches!(enc.encode(&random, None), Encoded::Incompressible));
     }
 
     #[test]
     fn a_truncated_block_does_not_decode_to_a_page() {
         let mut enc = Encoder::new(4096, Codec::Lz4Fast);
-        let Encoded::Lz4(bytes) = enc.encode(&text_page()) else {
+        let Encoded::Lz4(bytes) = enc.encode(&text_page(), None) else {
             panic!("text must compress");
         };
         let short = bytes[..bytes.len() / 2].to_vec();
         let mut back = vec![0u8; 4096];
         assert!(!decode_lz4(&short, &mut back));
+    }
+
+    #[test]
+    fn once_given_a_dictionary_the_encoder_keeps_using_it() {
+        let mut enc = Encoder::new(4096, Codec::Lz4);
+        let dictionary: Vec<u8> = text_page().repeat(16);
+        let page = text_page();
+        let Encoded::Lz4(alone) = enc.encode(&page, None) else {
+            panic!("text must compress");
+        };
+        let alone = alone.len();
+        for _ in 0..2 {
+            // The second time without it: the encoder keeps the first.
+            let given = (alone != 0).then_some(&dictionary[..]);
+            let Encoded::Lz4WithDictionary(bytes) = enc.encode(&page, given) else {
+                panic!("text must compress with the dictionary");
+            };
+            assert!(bytes.len() < alone, "{} against {alone}", bytes.len());
+            let bytes = bytes.to_vec();
+            let mut back = vec![0u8; 4096];
+            assert_eq!(
+                lz4::decompress_with_dictionary(&bytes, &mut back, &dictionary),
+                Some(4096)
+            );
+            assert_eq!(back, page);
+            let _ = enc.encode(&page, None);
+        }
+        assert!(matches!(
+            enc.encode(&vec![3u8; 4096], None),
+            Encoded::SameFilled(_)
+        ));
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! only read and free objects (see `fault::compressed`).
 
 pub(crate) mod codec;
+pub(crate) mod dictionary;
 pub(crate) mod lz4;
 pub(crate) mod pool;
 pub mod settings;
@@ -29,11 +30,15 @@ use crate::error::Result;
 use crate::page_table::{Kind, PageNo, PageTable};
 pub use settings::{Codec, CompressSettings};
 
+use dictionary::Dictionary;
 use pool::Pool;
 
 pub(crate) struct CompressedTier {
     pub settings: CompressSettings,
     pub pool: Pool,
+    /// Gathered from the first pages that compress, unless
+    /// `TIERMEM_COMPRESS_DICT=off`; charged against the pool's share.
+    pub dictionary: Dictionary,
     /// Compressed pages with the sequence number of their compression,
     /// oldest first: the write-back order. An entry whose page has since
     /// left the pool (or was compressed again) is stale and skipped.
@@ -60,16 +65,34 @@ impl CompressedTier {
         Ok(Some(CompressedTier {
             settings,
             pool: Pool::new(ram, page_size)?,
+            dictionary: Dictionary::new(page_size)?,
             order: Mutex::new(VecDeque::new()),
             next_seq: AtomicU32::new(0),
             reserve_pages: AtomicU64::new(0),
         }))
     }
 
-    /// Segments the pool may commit under a budget of `limit_pages`.
+    /// Segments the pool may commit under a budget of `limit_pages`: its
+    /// share, less the dictionary's DRAM.
     pub fn cap_segments(&self, limit_pages: u64, page_size: usize) -> u64 {
         let share = limit_pages * page_size as u64 * self.settings.share_percent as u64 / 100;
+        let share = share.saturating_sub(self.dictionary.charged_bytes(page_size));
         share / self.pool.segment_bytes() as u64
+    }
+
+    /// The DRAM the tier holds: the pool's segments and the dictionary.
+    pub fn dram_bytes(&self, page_size: usize) -> u64 {
+        self.pool.committed_bytes() + self.dictionary.charged_bytes(page_size)
+    }
+
+    /// The dictionary, if published and wanted; what compressions use.
+    pub fn dictionary_bytes(&self) -> Option<&[u8]> {
+        self.dictionary.bytes()
+    }
+
+    /// Whether the evictor should gather pages into the dictionary.
+    pub fn gathers_dictionary(&self) -> bool {
+        self.settings.dictionary && self.dictionary.gathering()
     }
 
     /// Budget pages one segment is charged as.

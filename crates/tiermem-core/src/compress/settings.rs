@@ -1,5 +1,5 @@
-//! The compressed tier's knobs: `TIERMEM_COMPRESS` and
-//! `TIERMEM_COMPRESS_SHARE`. Part of [`crate::Config`].
+//! The compressed tier's knobs: `TIERMEM_COMPRESS`,
+//! `TIERMEM_COMPRESS_SHARE` and `TIERMEM_COMPRESS_DICT`. Part of [`crate::Config`].
 
 use std::str::FromStr;
 
@@ -10,6 +10,9 @@ use crate::settings::env_or_default;
 pub const ENV_COMPRESS: &str = "TIERMEM_COMPRESS";
 /// Most of the DRAM budget the compressed pool may take, in percent (1 to 90).
 pub const ENV_COMPRESS_SHARE: &str = "TIERMEM_COMPRESS_SHARE";
+/// Whether compressions use a dictionary gathered from the first pages
+/// that compress: `on` (the default) or `off`.
+pub const ENV_COMPRESS_DICT: &str = "TIERMEM_COMPRESS_DICT";
 
 /// Half the budget: a page of budget holding compressed text serves
 /// three or four pages at a few microseconds each, where the same page
@@ -70,6 +73,11 @@ pub struct CompressSettings {
     pub codec: Codec,
     /// Most of the DRAM budget the compressed pool may take, in percent.
     pub share_percent: u32,
+    /// Whether compressions use a 64 KiB dictionary gathered from the first
+    /// pages that compress (on by default: text packs about 1.6x tighter).
+    /// Off for data whose content drifts so far from its first pages that
+    /// the dictionary no longer matches it: it is gathered once.
+    pub dictionary: bool,
 }
 
 impl Default for CompressSettings {
@@ -77,6 +85,7 @@ impl Default for CompressSettings {
         CompressSettings {
             codec: Codec::Lz4,
             share_percent: DEFAULT_SHARE_PERCENT,
+            dictionary: true,
         }
     }
 }
@@ -116,6 +125,10 @@ impl CompressSettings {
                     )
                 })?;
         }
+        if let Some(v) = env_or_default(ENV_COMPRESS_DICT, lookup) {
+            s.dictionary = crate::units::switch_from_text(&v)
+                .ok_or_else(|| invalid(ENV_COMPRESS_DICT, &v, "expected on or off"))?;
+        }
         Ok(s)
     }
 
@@ -123,6 +136,8 @@ impl CompressSettings {
     pub fn to_env(&self, env: &mut Vec<(&'static str, String)>) {
         env.push((ENV_COMPRESS, self.codec.name().into()));
         env.push((ENV_COMPRESS_SHARE, self.share_percent.to_string()));
+        let dictionary = if self.dictionary { "on" } else { "off" };
+        env.push((ENV_COMPRESS_DICT, dictionary.into()));
     }
 }
 
@@ -152,8 +167,12 @@ mod tests {
             let s = CompressSettings::from_lookup(&set(ENV_COMPRESS, v)).unwrap();
             assert_eq!(s.codec, codec, "{v}");
         }
-        let share = CompressSettings::from_lookup(&set(ENV_COMPRESS_SHARE, "30%")).unwrap();
+        assert!(defaults.dictionary, "the dictionary is on by default");
+        let plain = CompressSettings::from_lookup(&set(ENV_COMPRESS_DICT, "off")).unwrap();
+        assert!(!plain.dictionary && plain.is_on());
+        let mut share = CompressSettings::from_lookup(&set(ENV_COMPRESS_SHARE, "30%")).unwrap();
         assert_eq!(share.share_percent, 30);
+        share.dictionary = false;
         let mut env = Vec::new();
         share.to_env(&mut env);
         let back = CompressSettings::from_lookup(&|k: &str| {
@@ -166,6 +185,7 @@ mod tests {
             (ENV_COMPRESS_SHARE, "0", "from 1 to 90"),
             (ENV_COMPRESS_SHARE, "95", "from 1 to 90"),
             (ENV_COMPRESS_SHARE, "half", "from 1 to 90"),
+            (ENV_COMPRESS_DICT, "trained", "on or off"),
         ] {
             let err = CompressSettings::from_lookup(&set(k, v))
                 .unwrap_err()

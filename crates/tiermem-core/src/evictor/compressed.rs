@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::Evictor;
 use crate::compress::codec::{Encoded, Encoder};
+use crate::compress::dictionary::Dictionary;
 use crate::compress::pool::{Appended, Body, Pool};
 use crate::compress::{Codec, CompressedTier};
 use crate::frames::{FrameNo, BATCH};
@@ -148,15 +149,19 @@ impl<'a> Evictor<'a> {
         }
         // SAFETY: the frame is ours and holds the page.
         let data = unsafe { std::slice::from_raw_parts(rt.frames.ptr(frame), rt.page_size) };
-        let body = match self.pool.encoder.encode(data) {
+        let body = match self.pool.encoder.encode(data, tier.dictionary_bytes()) {
             Encoded::SameFilled(word) => Body::SameFilled(word),
             Encoded::Lz4(bytes) => Body::Lz4(bytes),
+            Encoded::Lz4WithDictionary(bytes) => Body::Lz4WithDictionary(bytes),
             Encoded::Incompressible => {
                 self.pool.rejected_in_a_row += 1;
                 Counters::add(&rt.counters.compress_rejected, 1);
                 return false;
             }
         };
+        if matches!(body, Body::Lz4(_)) {
+            gather_dictionary(rt, tier, data);
+        }
         let same_filled = matches!(body, Body::SameFilled(_));
         let seq = tier.next_seq();
         let Some(handle) = append(rt, tier, page, seq, body, cap) else {
@@ -352,10 +357,9 @@ impl<'a> Evictor<'a> {
     }
 }
 
-/// Appends an object. A new segment is paid for first, from the reserve
-/// of charges that compressed pages handed over and from the budget's
-/// headroom, and only taken if that covers it: the pool never pushes DRAM
-/// past the budget. `None`: no room.
+/// Appends an object. A new segment is paid for first ([`pay`]) and only
+/// taken if that covers it: the pool never pushes DRAM past the budget.
+/// `None`: no room.
 fn append(
     rt: &Shared,
     tier: &CompressedTier,
@@ -364,21 +368,10 @@ fn append(
     body: Body<'_>,
     cap: u64,
 ) -> Option<u32> {
-    let segment = tier.segment_pages(rt.page_size);
     let needs_segment = !tier.pool.head_fits(Pool::object_size(body.len()));
-    let (from_reserve, from_budget) = if needs_segment {
-        let reserved = tier.take_reserve(segment);
-        if !rt.budget.try_charge_pages(segment - reserved) {
-            tier.return_reserve(reserved);
-            return None;
-        }
-        (reserved, segment - reserved)
-    } else {
-        (0, 0)
-    };
-    let unpaid = |rt: &Shared| {
-        tier.return_reserve(from_reserve);
-        rt.budget.uncharge(from_budget);
+    let payment = match needs_segment {
+        true => pay(rt, tier, tier.segment_pages(rt.page_size))?,
+        false => Payment::default(),
     };
     match tier.pool.append(page, seq, body, cap) {
         Appended::At {
@@ -386,14 +379,57 @@ fn append(
             new_segments,
         } => {
             if needs_segment && new_segments == 0 {
-                unpaid(rt);
+                payment.refund(rt, tier);
             }
             Some(handle)
         }
         Appended::Full => {
-            unpaid(rt);
+            payment.refund(rt, tier);
             None
         }
+    }
+}
+
+/// Budget pages paid for the tier's DRAM, and where they came from.
+#[derive(Default)]
+struct Payment {
+    from_reserve: u64,
+    from_budget: u64,
+}
+
+impl Payment {
+    fn refund(self, rt: &Shared, tier: &CompressedTier) {
+        tier.return_reserve(self.from_reserve);
+        rt.budget.uncharge(self.from_budget);
+    }
+}
+
+/// Pays for `pages` of the tier's DRAM: from the reserve of charges that
+/// compressed pages handed over, then from the budget's headroom. `None`
+/// (and nothing taken) if that does not cover it.
+fn pay(rt: &Shared, tier: &CompressedTier, pages: u64) -> Option<Payment> {
+    let from_reserve = tier.take_reserve(pages);
+    if !rt.budget.try_charge_pages(pages - from_reserve) {
+        tier.return_reserve(from_reserve);
+        return None;
+    }
+    Some(Payment {
+        from_reserve,
+        from_budget: pages - from_reserve,
+    })
+}
+
+/// Adds a page that compressed without the dictionary to it while it
+/// gathers, and publishes it once full and paid for (a later page retries
+/// the payment). It is paid for once and kept: it is part of the tier.
+fn gather_dictionary(rt: &Shared, tier: &CompressedTier, page: &[u8]) {
+    if tier.gathers_dictionary() {
+        tier.dictionary.gather(page);
+    }
+    if tier.dictionary.awaits_publication()
+        && pay(rt, tier, Dictionary::budget_pages(rt.page_size)).is_some()
+    {
+        tier.dictionary.publish();
     }
 }
 

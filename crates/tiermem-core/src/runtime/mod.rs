@@ -159,7 +159,8 @@ impl Runtime {
         if let Some(tier) = &rt.compressed {
             s.compressed_pages = tier.pool.objects();
             s.compressed_bytes = tier.pool.live_bytes();
-            s.pool_bytes = tier.pool.committed_bytes();
+            s.pool_bytes = tier.dram_bytes(rt.page_size);
+            s.compress_dictionary_bytes = tier.dictionary.charged_bytes(rt.page_size);
         }
         s.compressed_hit_latency = rt.compressed_hit_latency.summary();
         s

@@ -51,6 +51,18 @@ impl Shared {
                     ));
                 }
             }
+            crate::compress::pool::Body::Lz4WithDictionary(bytes) => {
+                if !tier.dictionary.decode(bytes, out) {
+                    self.fatal(&format!(
+                        "the compressed copy of page {page} does not decompress to a page \
+                         with the dictionary ({})",
+                        match tier.dictionary_bytes() {
+                            Some(_) => "in use",
+                            None => "missing",
+                        }
+                    ));
+                }
+            }
         }
     }
 }
