@@ -74,6 +74,8 @@ pub struct Counters {
     pub compressed_stores: AtomicU64,
     /// Of those, pages kept as one repeated word.
     pub same_filled_pages: AtomicU64,
+    /// Of those, pages compressed with the dictionary.
+    pub dictionary_pages: AtomicU64,
     /// Pages that saved less than a quarter, sent to the store instead.
     pub compress_rejected: AtomicU64,
     /// Pages a full pool sent to the store uncompressed because it served
@@ -332,6 +334,8 @@ pub struct Stats {
     pub compressed_stores: u64,
     /// Of those, pages kept as one repeated word.
     pub same_filled_pages: u64,
+    /// Of those, pages compressed with the dictionary.
+    pub dictionary_pages: u64,
     /// Pages that saved less than a quarter, sent to the store instead.
     pub compress_rejected: u64,
     /// Pages a full pool sent to the store uncompressed because it served
@@ -404,6 +408,7 @@ impl Counters {
         s.read_retries = self.read_retries.load(Relaxed);
         s.compressed_stores = self.compressed_stores.load(Relaxed);
         s.same_filled_pages = self.same_filled_pages.load(Relaxed);
+        s.dictionary_pages = self.dictionary_pages.load(Relaxed);
         s.compress_rejected = self.compress_rejected.load(Relaxed);
         s.compress_bypassed = self.compress_bypassed.load(Relaxed);
         s.compressed_writebacks = self.compressed_writebacks.load(Relaxed);

@@ -249,6 +249,12 @@ fn every_kind_of_page_survives(settings: CompressSettings) {
     // compressed both before and after it.
     let dictionary = if settings.dictionary { DICTIONARY } else { 0 };
     assert_eq!(s.compress_dictionary_bytes, dictionary, "{what}");
+    assert_eq!(
+        s.dictionary_pages > 100,
+        settings.dictionary,
+        "pages compressed with the dictionary: {}; {what}",
+        s.dictionary_pages
+    );
     assert!(s.compressed_stores > 1000, "{what}");
     assert!(s.same_filled_pages > 100, "{what}");
     assert!(

@@ -149,6 +149,8 @@ impl WorkingSet for TiermemSet {
             ("pool_bytes", s.pool_bytes),
             ("compressed_stores", s.compressed_stores),
             ("same_filled_pages", s.same_filled_pages),
+            ("dictionary_pages", s.dictionary_pages),
+            ("compress_dictionary_bytes", s.compress_dictionary_bytes),
             ("compress_rejected", s.compress_rejected),
             ("compress_bypassed", s.compress_bypassed),
             ("compressed_writebacks", s.compressed_writebacks),
@@ -204,7 +206,7 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
     format!(
         "compressed tier ({}, at most {}% of the budget): {} pages in {:.1} MiB after the measured phase \
          ({:.0}% of it objects, {} KiB of it the dictionary), ratio {:.2}x; \
-         {} stored ({} same-filled), {} rejected, {} passed by while full and unused, {} written back; \
+         {} stored ({} same-filled, {} with the dictionary), {} rejected, {} passed by while full and unused, {} written back; \
          {} hits, p50 {:.1} us, p99 {:.1} us",
         s.compression,
         config.compress.share_percent,
@@ -215,6 +217,7 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
         s.compression_ratio(),
         s.compressed_stores,
         s.same_filled_pages,
+        s.dictionary_pages,
         s.compress_rejected,
         s.compress_bypassed,
         s.compressed_writebacks,

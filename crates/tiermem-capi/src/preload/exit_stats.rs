@@ -301,7 +301,7 @@ fn compressed_line(s: &Stats) -> String {
     }
     format!(
         "compressed      {pages} page(s) in {pool} (ratio {ratio:.2}, {dictionary}); stored {stores} \
-         (same-filled {same}), rejected {rejected}, passed by {bypassed}, written back {wb}; \
+         (same-filled {same}, with the dictionary {with_dictionary}), rejected {rejected}, passed by {bypassed}, written back {wb}; \
          hits {hits} \
          (p50 {p50}, p99 {p99})\n",
         pages = s.compressed_pages,
@@ -310,6 +310,7 @@ fn compressed_line(s: &Stats) -> String {
         dictionary = dictionary_words(s.compress_dictionary_bytes),
         stores = s.compressed_stores,
         same = s.same_filled_pages,
+        with_dictionary = s.dictionary_pages,
         rejected = s.compress_rejected,
         bypassed = s.compress_bypassed,
         wb = s.compressed_writebacks,

@@ -158,10 +158,12 @@ impl Compressor {
         self.has_dictionary
     }
 
-    /// Compresses `src` into `dst`; the compressed length, or `None` if it
-    /// does not fit in `dst`. With a dictionary, the block decodes only
-    /// with [`decompress_with_dictionary`] and the same bytes.
-    pub fn compress(&mut self, src: &[u8], dst: &mut [u8]) -> Option<usize> {
+    /// Compresses `src` into `dst`, with the dictionary only if
+    /// `use_dictionary` (and one is loaded); the compressed length, or
+    /// `None` if it does not fit in `dst`. A block compressed with the
+    /// dictionary decodes only with [`decompress_with_dictionary`] and the
+    /// same bytes.
+    pub fn compress(&mut self, src: &[u8], dst: &mut [u8], use_dictionary: bool) -> Option<usize> {
         let state = self.state.as_mut_ptr().cast::<c_void>();
         let dictionary = self.dictionary_state.as_ptr().cast::<c_void>();
         let (src_len, dst_len) = (c_len(src.len())?, c_len(dst.len())?);
@@ -174,7 +176,7 @@ impl Compressor {
         // refers to outlive the call); `s` and `d` are valid for `src_len`
         // and `dst_len` bytes; liblz4 writes at most `dst_len` bytes.
         let n = unsafe {
-            match (self.level, self.has_dictionary) {
+            match (self.level, self.has_dictionary && use_dictionary) {
                 (Level::Fast, false) => {
                     LZ4_compress_fast_extState_fastReset(state, s, d, src_len, dst_len, 1)
                 }
@@ -299,7 +301,7 @@ mod tests {
             let mut out = vec![0u8; compress_bound(page.len())];
             // Twice: the reused state must not leak the first page into the second.
             for _ in 0..2 {
-                let n = c.compress(&page, &mut out).expect("fits its bound");
+                let n = c.compress(&page, &mut out, true).expect("fits its bound");
                 let mut back = vec![0u8; 4096];
                 assert_eq!(decompress(&out[..n], &mut back), Some(4096), "{level:?}");
                 assert_eq!(back, page, "{level:?}");
@@ -325,11 +327,15 @@ mod tests {
             with.load_dictionary(&dictionary);
             assert!(with.has_dictionary() && !plain.has_dictionary());
             let mut out = vec![0u8; compress_bound(4096)];
-            let alone = plain.compress(&page, &mut out).expect("fits its bound");
+            let alone = plain
+                .compress(&page, &mut out, true)
+                .expect("fits its bound");
             // Twice: attaching the dictionary again must give the same block.
             let mut blocks = Vec::new();
             for _ in 0..2 {
-                let n = with.compress(&page, &mut out).expect("fits its bound");
+                let n = with
+                    .compress(&page, &mut out, true)
+                    .expect("fits its bound");
                 blocks.push(out[..n].to_vec());
             }
             assert_eq!(blocks[0], blocks[1], "{level:?}");
@@ -357,9 +363,9 @@ mod tests {
     fn a_destination_too_small_or_a_damaged_block_is_refused() {
         let page = text(4096);
         let mut c = Compressor::new(Level::Mid);
-        assert_eq!(c.compress(&page, &mut [0u8; 16]), None);
+        assert_eq!(c.compress(&page, &mut [0u8; 16], true), None);
         let mut out = vec![0u8; compress_bound(4096)];
-        let n = c.compress(&page, &mut out).unwrap();
+        let n = c.compress(&page, &mut out, true).unwrap();
         let mut back = vec![0u8; 4096];
         assert_eq!(decompress(&out[..n / 2], &mut back), None);
         assert_eq!(decompress(&out[..n], &mut back[..100]), None);

@@ -163,6 +163,7 @@ impl<'a> Evictor<'a> {
             gather_dictionary(rt, tier, data);
         }
         let same_filled = matches!(body, Body::SameFilled(_));
+        let with_dictionary = matches!(body, Body::Lz4WithDictionary(_));
         let seq = tier.next_seq();
         let Some(handle) = append(rt, tier, page, seq, body, cap) else {
             return false;
@@ -171,6 +172,9 @@ impl<'a> Evictor<'a> {
         Counters::add(&rt.counters.compressed_stores, 1);
         if same_filled {
             Counters::add(&rt.counters.same_filled_pages, 1);
+        }
+        if with_dictionary {
+            Counters::add(&rt.counters.dictionary_pages, 1);
         }
         rt.table.set_pool_handle(page, handle);
         // A dirty page's slot is stale: the pool holds the only copy. A
