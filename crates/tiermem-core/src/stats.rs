@@ -328,8 +328,12 @@ pub struct Stats {
     /// DRAM the compressed tier holds (the pool's committed segments and
     /// the dictionary), part of `resident_bytes`.
     pub pool_bytes: u64,
-    /// Of `pool_bytes`, the dictionary's: 0 until it is gathered and in use.
+    /// Of `pool_bytes`, the dictionaries': 0 until one is gathered, 64 KiB
+    /// per dictionary that compressions or pooled pages use.
     pub compress_dictionary_bytes: u64,
+    /// Dictionaries gathered: the first, and each one that replaced a
+    /// dictionary that stopped paying.
+    pub dictionaries_gathered: u64,
     /// Pages that entered the compressed tier, same-filled ones included.
     pub compressed_stores: u64,
     /// Of those, pages kept as one repeated word.

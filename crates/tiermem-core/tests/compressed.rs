@@ -420,3 +420,97 @@ fn a_full_pool_without_hits_lets_pages_pass_and_hits_take_it_back() {
     );
     assert_intact(&mut region, "after the churn");
 }
+
+/// Text of 64 recurring phrases of random letters, drawn from one of two
+/// vocabularies: a page holds each phrase about twice, so compressed alone
+/// it stores most phrases literally, and a dictionary of the same
+/// vocabulary saves most of that; one of the other vocabulary saves nothing.
+fn phrase_text(vocabulary: u64, page: usize, version: u64, out: &mut [u8]) {
+    let mut at = 0;
+    let mut i = 0u64;
+    while at < out.len() {
+        let phrase = mix((page as u64) << 24 ^ version << 8 ^ i) % 64;
+        let seed = mix(vocabulary << 32 ^ phrase);
+        let len = 20 + (seed % 20) as usize;
+        for k in 0..len.min(out.len() - at) {
+            out[at + k] = b'a' + (mix(seed ^ k as u64) % 26) as u8;
+        }
+        at += len.min(out.len() - at);
+        if at < out.len() {
+            out[at] = b' ';
+            at += 1;
+        }
+        i += 1;
+    }
+}
+
+#[test]
+fn a_dictionary_that_stops_paying_is_replaced_and_every_page_survives() {
+    let _guard = hang_guard(
+        "a_dictionary_that_stops_paying_is_replaced_and_every_page_survives",
+        HANG_LIMIT,
+    );
+    let rt = runtime(8 << 20, lz4(50));
+    let pages = 8192;
+    let p = rt.alloc(pages * PAGE).expect("alloc").as_ptr();
+    // SAFETY: a fresh allocation of `pages` pages, used only here, while
+    // the runtime lives.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(p, pages * PAGE) };
+    let mut scratch = vec![0u8; PAGE];
+    let mut versions = vec![(0u64, 0u64); pages];
+    let mut write =
+        |bytes: &mut [u8], page: usize, vocabulary: u64, versions: &mut [(u64, u64)]| {
+            let version = versions[page].1 + 1;
+            versions[page] = (vocabulary, version);
+            phrase_text(vocabulary, page, version, &mut scratch);
+            bytes[page * PAGE..(page + 1) * PAGE].copy_from_slice(&scratch);
+        };
+    let check = |bytes: &[u8], versions: &[(u64, u64)], when: &str| {
+        let mut expected = vec![0u8; PAGE];
+        let wrong: Vec<usize> = (0..pages)
+            .filter(|&page| {
+                let (vocabulary, version) = versions[page];
+                phrase_text(vocabulary, page, version, &mut expected);
+                bytes[page * PAGE..(page + 1) * PAGE] != expected[..]
+            })
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{when}: {} page(s) wrong, first {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+    };
+    // Vocabulary 1 everywhere, then paged: the first dictionary fits it.
+    for round in 0..3 {
+        for page in 0..pages {
+            write(bytes, page, 1, &mut versions);
+        }
+        check(bytes, &versions, &format!("vocabulary 1, round {round}"));
+    }
+    let first = rt.stats();
+    assert_eq!(first.dictionaries_gathered, 1, "{}", summary(&first));
+    // Vocabulary 2 everywhere: the first dictionary saves nothing on it,
+    // the checks find that, and a dictionary of vocabulary 2 replaces it.
+    for round in 0..8 {
+        for page in 0..pages {
+            write(bytes, page, 2, &mut versions);
+        }
+        check(bytes, &versions, &format!("vocabulary 2, round {round}"));
+    }
+    let s = rt.stats();
+    let what = summary(&s);
+    assert!(
+        s.dictionaries_gathered >= 2,
+        "the dictionary was not replaced: {what}"
+    );
+    let late = s.dictionary_pages - first.dictionary_pages;
+    assert!(
+        late > 1000,
+        "pages compressed with the new dictionary: {late}; {what}"
+    );
+    assert!(
+        s.compress_dictionary_bytes <= 2 * DICTIONARY,
+        "at most two dictionaries are held: {what}"
+    );
+}

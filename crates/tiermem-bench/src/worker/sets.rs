@@ -151,6 +151,7 @@ impl WorkingSet for TiermemSet {
             ("same_filled_pages", s.same_filled_pages),
             ("dictionary_pages", s.dictionary_pages),
             ("compress_dictionary_bytes", s.compress_dictionary_bytes),
+            ("dictionaries_gathered", s.dictionaries_gathered),
             ("compress_rejected", s.compress_rejected),
             ("compress_bypassed", s.compress_bypassed),
             ("compressed_writebacks", s.compressed_writebacks),
@@ -205,7 +206,7 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
     }
     format!(
         "compressed tier ({}, at most {}% of the budget): {} pages in {:.1} MiB after the measured phase \
-         ({:.0}% of it objects, {} KiB of it the dictionary), ratio {:.2}x; \
+         ({:.0}% of it objects, {} KiB of it dictionaries, {} gathered), ratio {:.2}x; \
          {} stored ({} same-filled, {} with the dictionary), {} rejected, {} passed by while full and unused, {} written back; \
          {} hits, p50 {:.1} us, p99 {:.1} us",
         s.compression,
@@ -214,6 +215,7 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
         s.pool_bytes as f64 / (1 << 20) as f64,
         100.0 * s.compressed_bytes as f64 / s.pool_bytes.max(1) as f64,
         s.compress_dictionary_bytes >> 10,
+        s.dictionaries_gathered,
         s.compression_ratio(),
         s.compressed_stores,
         s.same_filled_pages,

@@ -286,11 +286,12 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     text
 }
 
-/// The dictionary, as the compressed line names it.
-fn dictionary_words(bytes: u64) -> String {
-    match bytes {
-        0 => "no dictionary".into(),
-        b => format!("{} KiB dictionary", b >> 10),
+/// The dictionaries, as the compressed line names them.
+fn dictionary_words(bytes: u64, gathered: u64) -> String {
+    match (bytes, gathered) {
+        (0, _) => "no dictionary".into(),
+        (b, 1) => format!("{} KiB dictionary", b >> 10),
+        (b, n) => format!("{} KiB of dictionaries, {n} gathered", b >> 10),
     }
 }
 
@@ -307,7 +308,7 @@ fn compressed_line(s: &Stats) -> String {
         pages = s.compressed_pages,
         pool = mib(s.pool_bytes),
         ratio = s.compression_ratio(),
-        dictionary = dictionary_words(s.compress_dictionary_bytes),
+        dictionary = dictionary_words(s.compress_dictionary_bytes, s.dictionaries_gathered),
         stores = s.compressed_stores,
         same = s.same_filled_pages,
         with_dictionary = s.dictionary_pages,
@@ -436,6 +437,7 @@ mod tests {
             compressed_pages: 1024,
             pool_bytes: 1 << 20,
             compress_dictionary_bytes: 64 << 10,
+            dictionaries_gathered: 1,
             compressed_hits: 33,
             ..Stats::default()
         };

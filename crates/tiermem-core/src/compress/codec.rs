@@ -1,6 +1,7 @@
 //! What an evicted page becomes in the pool: one word if every word of it
 //! is the same, LZ4 if that saves at least a quarter, nothing otherwise.
 
+use super::dictionary::Active;
 use super::lz4::{self, Compressor, Level};
 use super::settings::Codec;
 
@@ -18,8 +19,8 @@ pub enum Encoded<'a> {
     SameFilled(u64),
     /// LZ4 block bytes.
     Lz4(&'a [u8]),
-    /// LZ4 block bytes that decode only with the tier's dictionary.
-    Lz4WithDictionary(&'a [u8]),
+    /// LZ4 block bytes that decode only with the dictionary in this slot.
+    Lz4WithDictionary(&'a [u8], u8),
     /// Saves less than a quarter: to the store.
     Incompressible,
 }
@@ -39,25 +40,46 @@ const MIN_SAVING_PERCENT: u64 = 8;
 
 /// Whether the dictionary pays on the data at hand, from pages sampled
 /// both ways.
+#[derive(Default)]
 struct DictionaryVerdict {
     pays: bool,
     pages: u32,
     checks: u32,
     bytes_with: u64,
     bytes_alone: u64,
+    /// Verdicts in a row that found the dictionary not paying.
+    failures: u32,
+    /// A failing verdict asks for a new dictionary after 1, 2, 4, 8...
+    /// failures in a row: a dictionary gathered from the pages leaving
+    /// now may fit the data where the old one does not, but if none does,
+    /// the tries thin out.
+    wants_new: bool,
 }
 
 impl DictionaryVerdict {
+    /// A fresh verdict for a new dictionary, which is used until checks
+    /// find otherwise; the failures of the one before are kept.
+    fn restart(&mut self) {
+        *self = DictionaryVerdict {
+            pays: true,
+            failures: self.failures,
+            ..DictionaryVerdict::default()
+        };
+    }
+
     /// Records one page's sizes both ways (a page that does not fit counts
     /// as a whole page) and, after a full window, decides.
     fn record(&mut self, with: usize, alone: usize) {
         self.bytes_with += with as u64;
         self.bytes_alone += alone as u64;
         self.checks += 1;
-        if self.checks == CHECKS_PER_VERDICT {
-            self.pays = self.bytes_with * 100 <= self.bytes_alone * (100 - MIN_SAVING_PERCENT);
-            (self.checks, self.bytes_with, self.bytes_alone) = (0, 0, 0);
+        if self.checks < CHECKS_PER_VERDICT {
+            return;
         }
+        self.pays = self.bytes_with * 100 <= self.bytes_alone * (100 - MIN_SAVING_PERCENT);
+        self.failures = if self.pays { 0 } else { self.failures + 1 };
+        self.wants_new = !self.pays && self.failures.is_power_of_two();
+        (self.checks, self.bytes_with, self.bytes_alone) = (0, 0, 0);
     }
 }
 
@@ -69,6 +91,8 @@ pub struct Encoder {
     /// A check's second compression.
     other: Vec<u8>,
     verdict: DictionaryVerdict,
+    /// The loaded dictionary's generation and slot (generation 0: none).
+    loaded: (u32, u8),
 }
 
 impl Encoder {
@@ -82,14 +106,15 @@ impl Encoder {
             compressor: Compressor::new(level),
             out: vec![0; lz4::compress_bound(page_size)],
             other: vec![0; lz4::compress_bound(page_size)],
-            verdict: DictionaryVerdict {
-                pays: true,
-                pages: 0,
-                checks: 0,
-                bytes_with: 0,
-                bytes_alone: 0,
-            },
+            verdict: DictionaryVerdict::default(),
+            loaded: (0, 0),
         }
+    }
+
+    /// Whether the dictionary stopped paying and a new one should be
+    /// gathered; the request is handed out once.
+    pub fn take_request_for_new_dictionary(&mut self) -> bool {
+        std::mem::take(&mut self.verdict.wants_new)
     }
 
     /// Whether pages are compressed with the dictionary now.
@@ -97,14 +122,16 @@ impl Encoder {
         self.compressor.has_dictionary() && self.verdict.pays
     }
 
-    /// Encodes `page`, with `dictionary` once there is one (it never
-    /// changes once given: the first one given is kept).
-    pub fn encode<'a>(&'a mut self, page: &[u8], dictionary: Option<&[u8]>) -> Encoded<'a> {
+    /// Encodes `page`, with `dictionary` (the tier's active one) where it
+    /// pays. A dictionary of a new generation replaces the loaded one.
+    pub fn encode<'a>(&'a mut self, page: &[u8], dictionary: Option<Active<'_>>) -> Encoded<'a> {
         if let Some(word) = same_filled(page) {
             return Encoded::SameFilled(word);
         }
-        if let Some(bytes) = dictionary.filter(|_| !self.compressor.has_dictionary()) {
-            self.compressor.load_dictionary(bytes);
+        if let Some(d) = dictionary.filter(|d| d.generation != self.loaded.0) {
+            self.compressor.load_dictionary(d.bytes);
+            self.loaded = (d.generation, d.slot);
+            self.verdict.restart();
         }
         let with = self.uses_dictionary();
         let mut n = self.compressor.compress(page, &mut self.out, with);
@@ -113,7 +140,12 @@ impl Encoder {
             let other = self.compressor.compress(page, &mut self.other, !with);
             let whole = |n: Option<usize>| n.unwrap_or(page.len());
             let (n_with, n_alone) = if with { (n, other) } else { (other, n) };
-            self.verdict.record(whole(n_with), whole(n_alone));
+            // Pages that stay incompressible either way say nothing about
+            // the dictionary; counted, they would hide its saving.
+            let kept = |n: Option<usize>| n.is_some_and(|n| worth_keeping(n, page.len()));
+            if kept(n_with) || kept(n_alone) {
+                self.verdict.record(whole(n_with), whole(n_alone));
+            }
             // This page takes the smaller of its two encodings.
             if whole(other) < whole(n) {
                 std::mem::swap(&mut self.out, &mut self.other);
@@ -122,7 +154,7 @@ impl Encoder {
         }
         match n {
             Some(n) if worth_keeping(n, page.len()) => match used {
-                true => Encoded::Lz4WithDictionary(&self.out[..n]),
+                true => Encoded::Lz4WithDictionary(&self.out[..n], self.loaded.1),
                 false => Encoded::Lz4(&self.out[..n]),
             },
             _ => Encoded::Incompressible,
@@ -225,8 +257,16 @@ mod tests {
         assert!(!decode_lz4(&short, &mut back));
     }
 
+    fn active(generation: u32, slot: u8, bytes: &[u8]) -> Option<Active<'_>> {
+        Some(Active {
+            slot,
+            generation,
+            bytes,
+        })
+    }
+
     #[test]
-    fn once_given_a_dictionary_the_encoder_keeps_using_it() {
+    fn the_encoder_uses_the_dictionary_it_is_given_and_a_newer_one_replaces_it() {
         let mut enc = Encoder::new(4096, Codec::Lz4);
         let dictionary: Vec<u8> = text_page().repeat(16);
         let page = text_page();
@@ -234,12 +274,13 @@ mod tests {
             panic!("text must compress");
         };
         let alone = alone.len();
-        for _ in 0..2 {
-            // The second time without it: the encoder keeps the first.
-            let given = (alone != 0).then_some(&dictionary[..]);
-            let Encoded::Lz4WithDictionary(bytes) = enc.encode(&page, given) else {
+        for (generation, slot) in [(1, 0), (1, 0), (2, 1)] {
+            let Encoded::Lz4WithDictionary(bytes, got) =
+                enc.encode(&page, active(generation, slot, &dictionary))
+            else {
                 panic!("text must compress with the dictionary");
             };
+            assert_eq!(got, slot, "the block names the slot of its dictionary");
             assert!(bytes.len() < alone, "{} against {alone}", bytes.len());
             let bytes = bytes.to_vec();
             let mut back = vec![0u8; 4096];
@@ -248,7 +289,6 @@ mod tests {
                 Some(4096)
             );
             assert_eq!(back, page);
-            let _ = enc.encode(&page, None);
         }
         assert!(matches!(
             enc.encode(&vec![3u8; 4096], None),
@@ -257,31 +297,32 @@ mod tests {
     }
 
     #[test]
-    fn a_dictionary_that_does_not_pay_is_set_aside_and_taken_back() {
+    fn a_dictionary_that_does_not_pay_is_set_aside_and_a_new_one_asked_for() {
         let mut enc = Encoder::new(4096, Codec::Lz4);
         // A dictionary of bytes no text page holds saves nothing.
         let useless = vec![0xffu8; 64 << 10];
         let page = text_page();
-        let mut kinds = Vec::new();
-        for _ in 0..CHECK_EVERY * CHECKS_PER_VERDICT + 1 {
-            kinds.push(matches!(
-                enc.encode(&page, Some(&useless)),
-                Encoded::Lz4WithDictionary(_)
-            ));
+        let window = CHECK_EVERY * CHECKS_PER_VERDICT;
+        let mut asked = Vec::new();
+        let mut used = Vec::new();
+        for i in 0..4 * window {
+            let e = enc.encode(&page, active(1, 0, &useless));
+            used.push(matches!(e, Encoded::Lz4WithDictionary(..)));
+            if enc.take_request_for_new_dictionary() {
+                asked.push(i + 1);
+            }
         }
-        assert!(kinds[0], "the dictionary is tried first");
-        assert!(!enc.uses_dictionary(), "a window of checks sets it aside");
-        assert!(!kinds[kinds.len() - 1]);
-        // The same encoder with data the dictionary helps takes it back.
-        let mut enc = Encoder::new(4096, Codec::Lz4);
+        assert!(used[0], "the dictionary is tried first");
+        assert!(!enc.uses_dictionary() && !used[used.len() - 1]);
+        // After 1, 2 and 4 failing verdicts in a row, not after 3.
+        assert_eq!(asked, vec![window, 2 * window, 4 * window]);
+        // A dictionary that helps, once given, passes its checks.
         let helpful: Vec<u8> = page.repeat(16);
-        let _ = enc.encode(&page, Some(&useless));
-        enc.verdict.pays = false;
-        enc.compressor.load_dictionary(&helpful);
-        for _ in 0..CHECK_EVERY * CHECKS_PER_VERDICT {
-            let _ = enc.encode(&page, None);
+        for _ in 0..window {
+            let _ = enc.encode(&page, active(2, 1, &helpful));
         }
-        assert!(enc.uses_dictionary(), "checks find that it pays again");
+        assert!(enc.uses_dictionary(), "checks find that the new one pays");
+        assert!(!enc.take_request_for_new_dictionary());
     }
 
     #[test]

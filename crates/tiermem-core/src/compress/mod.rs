@@ -36,7 +36,7 @@ use pool::Pool;
 pub(crate) struct CompressedTier {
     pub settings: CompressSettings,
     pub pool: Pool,
-    /// Gathered from the first pages that compress, unless
+    /// Gathered from pages that compress, unless
     /// `TIERMEM_COMPRESS_DICT=off`; charged against the pool's share.
     pub dictionary: Dictionary,
     /// Compressed pages with the sequence number of their compression,
@@ -85,14 +85,9 @@ impl CompressedTier {
         self.pool.committed_bytes() + self.dictionary.charged_bytes(page_size)
     }
 
-    /// The dictionary, if published and wanted; what compressions use.
-    pub fn dictionary_bytes(&self) -> Option<&[u8]> {
-        self.dictionary.bytes()
-    }
-
-    /// Whether the evictor should gather pages into the dictionary.
-    pub fn gathers_dictionary(&self) -> bool {
-        self.settings.dictionary && self.dictionary.gathering()
+    /// The dictionary compressions use, once one is published.
+    pub fn active_dictionary(&self) -> Option<dictionary::Active<'_>> {
+        self.dictionary.active()
     }
 
     /// Budget pages one segment is charged as.

@@ -12,8 +12,8 @@
 //! compacts its zspages.
 //!
 //! An object is a 12-byte header (page, sequence number, length, whose
-//! top bit marks a block compressed with the tier's dictionary) and its
-//! bytes. The handle of an object is its offset in 8-byte units, so a u32
+//! top two bits mark a block compressed with a dictionary and name its
+//! slot) and its bytes. The handle of an object is its offset in 8-byte units, so a u32
 //! handle addresses 32 GiB of pool.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -27,9 +27,11 @@ const HEADER: usize = 12;
 const ALIGN: usize = 8;
 /// The length field of a same-filled page's object, whose body is the word.
 const SAME_FILLED: u32 = u32::MAX;
-/// Set in the length field of an object compressed with the dictionary
-/// (a length is at most a page, far below this bit).
+/// Set in the length field of an object compressed with a dictionary (a
+/// length is at most a page, far below these bits)...
 const WITH_DICTIONARY: u32 = 1 << 31;
+/// ...and the dictionary's slot, 0 or 1.
+const DICTIONARY_SLOT: u32 = 1 << 30;
 /// Largest pool the u32 handles address.
 pub const MAX_POOL_BYTES: u64 = (u32::MAX as u64 + 1) * ALIGN as u64;
 /// The fullest segment worth compacting: moving 90% of a segment to free
@@ -44,15 +46,15 @@ const MIN_SEGMENT: usize = 64 << 10;
 pub enum Body<'a> {
     SameFilled(u64),
     Lz4(&'a [u8]),
-    /// An LZ4 block that decodes only with the tier's dictionary.
-    Lz4WithDictionary(&'a [u8]),
+    /// An LZ4 block that decodes only with the dictionary in this slot.
+    Lz4WithDictionary(&'a [u8], u8),
 }
 
 impl Body<'_> {
     pub fn len(&self) -> usize {
         match self {
             Body::SameFilled(_) => 8,
-            Body::Lz4(b) | Body::Lz4WithDictionary(b) => b.len(),
+            Body::Lz4(b) | Body::Lz4WithDictionary(b, _) => b.len(),
         }
     }
 }
@@ -230,7 +232,10 @@ impl Pool {
         let (len, bytes): (u32, &[u8]) = match &body {
             Body::SameFilled(w) => (SAME_FILLED, &w.to_ne_bytes()[..]),
             Body::Lz4(b) => (b.len() as u32, b),
-            Body::Lz4WithDictionary(b) => (b.len() as u32 | WITH_DICTIONARY, b),
+            Body::Lz4WithDictionary(b, slot) => {
+                let slot = if *slot == 0 { 0 } else { DICTIONARY_SLOT };
+                (b.len() as u32 | WITH_DICTIONARY | slot, b)
+            }
         };
         // SAFETY: the caller's guarantee; `bytes` may lie in the pool
         // (compaction moves an object), but never in the range written.
@@ -272,15 +277,16 @@ impl Pool {
                 std::ptr::copy_nonoverlapping(at.add(HEADER), w.as_mut_ptr(), 8);
                 Body::SameFilled(u64::from_ne_bytes(w))
             } else {
-                let bytes = (len & !WITH_DICTIONARY) as usize;
+                let bytes = (len & !(WITH_DICTIONARY | DICTIONARY_SLOT)) as usize;
                 assert!(
                     offset + HEADER + bytes <= self.memory.len(),
                     "pool object overruns the pool"
                 );
                 let block = std::slice::from_raw_parts(at.add(HEADER), bytes);
-                match len & WITH_DICTIONARY {
-                    0 => Body::Lz4(block),
-                    _ => Body::Lz4WithDictionary(block),
+                match (len & WITH_DICTIONARY, len & DICTIONARY_SLOT) {
+                    (0, _) => Body::Lz4(block),
+                    (_, 0) => Body::Lz4WithDictionary(block, 0),
+                    _ => Body::Lz4WithDictionary(block, 1),
                 }
             };
             Object {
@@ -372,14 +378,23 @@ mod tests {
         let pool = Pool::new(1 << 20, 4096).unwrap();
         let a = handle(pool.append(7, 1, Body::Lz4(&[1, 2, 3]), 4));
         let b = handle(pool.append(8, 2, Body::SameFilled(0xfeed), 4));
-        let c = handle(pool.append(9, 3, Body::Lz4WithDictionary(&[4, 5]), 4));
+        let c = handle(pool.append(9, 3, Body::Lz4WithDictionary(&[4, 5], 1), 4));
+        let d = handle(pool.append(9, 4, Body::Lz4WithDictionary(&[6], 0), 4));
         assert_eq!((b - a) as usize * ALIGN, Pool::object_size(3), "no gap");
         // SAFETY: the objects are live and the test owns their pages.
-        let (oa, ob, oc) = unsafe { (pool.object(a), pool.object(b), pool.object(c)) };
+        let (oa, ob, oc, od) = unsafe {
+            (
+                pool.object(a),
+                pool.object(b),
+                pool.object(c),
+                pool.object(d),
+            )
+        };
         assert!(matches!(oa.body, Body::Lz4(&[1, 2, 3])) && oa.page == 7 && oa.seq == 1);
         assert!(matches!(ob.body, Body::SameFilled(0xfeed)) && ob.page == 8);
-        assert!(matches!(oc.body, Body::Lz4WithDictionary(&[4, 5])) && oc.size == 16);
-        assert_eq!(pool.objects(), 3);
+        assert!(matches!(oc.body, Body::Lz4WithDictionary(&[4, 5], 1)) && oc.size == 16);
+        assert!(matches!(od.body, Body::Lz4WithDictionary(&[6], 0)));
+        assert_eq!(pool.objects(), 4);
         assert_eq!(pool.committed_segments(), 1);
     }
 

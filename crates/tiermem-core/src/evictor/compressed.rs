@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use super::Evictor;
 use crate::compress::codec::{Encoded, Encoder};
-use crate::compress::dictionary::Dictionary;
 use crate::compress::pool::{Appended, Body, Pool};
 use crate::compress::{Codec, CompressedTier};
 use crate::frames::{FrameNo, BATCH};
@@ -149,10 +148,13 @@ impl<'a> Evictor<'a> {
         }
         // SAFETY: the frame is ours and holds the page.
         let data = unsafe { std::slice::from_raw_parts(rt.frames.ptr(frame), rt.page_size) };
-        let body = match self.pool.encoder.encode(data, tier.dictionary_bytes()) {
+        if self.pool.encoder.take_request_for_new_dictionary() && tier.settings.dictionary {
+            tier.dictionary.start_gathering();
+        }
+        let body = match self.pool.encoder.encode(data, tier.active_dictionary()) {
             Encoded::SameFilled(word) => Body::SameFilled(word),
             Encoded::Lz4(bytes) => Body::Lz4(bytes),
-            Encoded::Lz4WithDictionary(bytes) => Body::Lz4WithDictionary(bytes),
+            Encoded::Lz4WithDictionary(bytes, slot) => Body::Lz4WithDictionary(bytes, slot),
             Encoded::Incompressible => {
                 self.pool.rejected_in_a_row += 1;
                 Counters::add(&rt.counters.compress_rejected, 1);
@@ -163,7 +165,10 @@ impl<'a> Evictor<'a> {
             gather_dictionary(rt, tier, data);
         }
         let same_filled = matches!(body, Body::SameFilled(_));
-        let with_dictionary = matches!(body, Body::Lz4WithDictionary(_));
+        let dictionary_slot = match body {
+            Body::Lz4WithDictionary(_, slot) => Some(slot),
+            _ => None,
+        };
         let seq = tier.next_seq();
         let Some(handle) = append(rt, tier, page, seq, body, cap) else {
             return false;
@@ -173,7 +178,8 @@ impl<'a> Evictor<'a> {
         if same_filled {
             Counters::add(&rt.counters.same_filled_pages, 1);
         }
-        if with_dictionary {
+        if let Some(slot) = dictionary_slot {
+            tier.dictionary.object_stored(slot);
             Counters::add(&rt.counters.dictionary_pages, 1);
         }
         rt.table.set_pool_handle(page, handle);
@@ -242,6 +248,7 @@ impl<'a> Evictor<'a> {
         let Some(tier) = self.tier() else {
             return;
         };
+        release_unused_dictionaries(rt, tier);
         let mut tries = 0;
         while tier.pool.committed_segments() > tier.cap_segments(rt.budget.limit(), rt.page_size)
             && !rt.stopping()
@@ -423,18 +430,32 @@ fn pay(rt: &Shared, tier: &CompressedTier, pages: u64) -> Option<Payment> {
     })
 }
 
-/// Adds a page that compressed without the dictionary to it while it
-/// gathers, and publishes it once full and paid for (a later page retries
-/// the payment). It is paid for once and kept: it is part of the tier.
+/// Adds a page that compressed without a dictionary to the one being
+/// gathered (the first, or a new one the encoder asked for), and
+/// publishes it once full and paid for (a later page retries the
+/// payment). A slot stays charged while compressions or objects use it.
 fn gather_dictionary(rt: &Shared, tier: &CompressedTier, page: &[u8]) {
-    if tier.gathers_dictionary() {
+    if !tier.settings.dictionary {
+        return;
+    }
+    if tier.active_dictionary().is_none() {
+        tier.dictionary.start_gathering();
+    }
+    if tier.dictionary.gathering() {
         tier.dictionary.gather(page);
     }
-    if tier.dictionary.awaits_publication()
-        && pay(rt, tier, Dictionary::budget_pages(rt.page_size)).is_some()
-    {
-        tier.dictionary.publish();
+    if tier.dictionary.awaits_publication() {
+        let pages = tier.dictionary.pages_to_charge(rt.page_size);
+        if pages == 0 || pay(rt, tier, pages).is_some() {
+            tier.dictionary.publish();
+        }
     }
+}
+
+/// Gives back the DRAM of dictionaries nothing uses any more.
+fn release_unused_dictionaries(rt: &Shared, tier: &CompressedTier) {
+    rt.budget
+        .uncharge(tier.dictionary.release_unused(rt.page_size));
 }
 
 /// Returns empty segments and uncharges them. Returns how many.

@@ -161,6 +161,7 @@ impl Runtime {
             s.compressed_bytes = tier.pool.live_bytes();
             s.pool_bytes = tier.dram_bytes(rt.page_size);
             s.compress_dictionary_bytes = tier.dictionary.charged_bytes(rt.page_size);
+            s.dictionaries_gathered = tier.dictionary.published();
         }
         s.compressed_hit_latency = rt.compressed_hit_latency.summary();
         s

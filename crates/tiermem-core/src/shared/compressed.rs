@@ -22,8 +22,11 @@ impl Shared {
         let handle = self.table.pool_handle(page);
         // SAFETY: the page left `Compressed` through the caller, so its
         // object is live until this release, and no one else frees it.
-        let size = unsafe { tier.pool.object(handle) }.size;
-        tier.pool.release(handle, size);
+        let object = unsafe { tier.pool.object(handle) };
+        if let crate::compress::pool::Body::Lz4WithDictionary(_, slot) = object.body {
+            tier.dictionary.object_freed(slot);
+        }
+        tier.pool.release(handle, object.size);
     }
 
     /// Decompresses the object of `page`, which the caller owns, into the
@@ -51,15 +54,11 @@ impl Shared {
                     ));
                 }
             }
-            crate::compress::pool::Body::Lz4WithDictionary(bytes) => {
-                if !tier.dictionary.decode(bytes, out) {
+            crate::compress::pool::Body::Lz4WithDictionary(bytes, slot) => {
+                if !tier.dictionary.decode(slot, bytes, out) {
                     self.fatal(&format!(
                         "the compressed copy of page {page} does not decompress to a page \
-                         with the dictionary ({})",
-                        match tier.dictionary_bytes() {
-                            Some(_) => "in use",
-                            None => "missing",
-                        }
+                         with the dictionary in slot {slot}"
                     ));
                 }
             }
