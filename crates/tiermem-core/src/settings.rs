@@ -299,7 +299,7 @@ pub const SETTINGS: &[Setting] = &[
         flag_of: "bench",
         default: "50",
         value: "50",
-        doc: "most of the budget the compressed pool may take, in percent (1–90)",
+        doc: "most of the budget the compressed pool may take: a percent (1–90), or `auto`, which adapts it between 10% and 90% (from 50%) to where the pool's hits land",
         read_by_library: true,
     },
     Setting {

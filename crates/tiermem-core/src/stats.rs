@@ -87,6 +87,8 @@ pub struct Counters {
     pub compressed_hits: AtomicU64,
     /// Objects moved to close holes in the pool.
     pub compaction_moves: AtomicU64,
+    /// Steps an adapting split took (`TIERMEM_COMPRESS_SHARE=auto`).
+    pub compress_share_moves: AtomicU64,
 }
 
 pub struct LatencyHistogram {
@@ -351,6 +353,10 @@ pub struct Stats {
     pub compressed_hits: u64,
     /// Objects moved to close holes in the pool.
     pub compaction_moves: u64,
+    /// The pool's share of the budget now, in percent (set, or adapted).
+    pub compress_share_percent: u32,
+    /// Steps an adapting split took.
+    pub compress_share_moves: u64,
     /// Faults served from the compressed tier, from reading the fault to
     /// installing the page.
     pub compressed_hit_latency: LatencySummary,
@@ -418,6 +424,7 @@ impl Counters {
         s.compressed_writebacks = self.compressed_writebacks.load(Relaxed);
         s.compressed_hits = self.compressed_hits.load(Relaxed);
         s.compaction_moves = self.compaction_moves.load(Relaxed);
+        s.compress_share_moves = self.compress_share_moves.load(Relaxed);
         s.checksum_errors = self.checksum_errors.load(Relaxed);
         s.poisoned_pages = self.poisoned_pages.load(Relaxed);
         s.read_ahead_dropped = self.read_ahead_dropped.load(Relaxed);

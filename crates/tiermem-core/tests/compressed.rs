@@ -147,10 +147,12 @@ fn runtime(budget: u64, compress: CompressSettings) -> Runtime {
     Runtime::new(config).expect("tiermem runtime (needs userfaultfd: run as root)")
 }
 
+/// A set share: these tests check the pool against it.
 fn lz4(share_percent: u32) -> CompressSettings {
     CompressSettings {
         codec: Codec::Lz4,
         share_percent,
+        adapt_share: false,
         dictionary: true,
     }
 }
@@ -512,5 +514,96 @@ fn a_dictionary_that_stops_paying_is_replaced_and_every_page_survives() {
     assert!(
         s.compress_dictionary_bytes <= 2 * DICTIONARY,
         "at most two dictionaries are held: {what}"
+    );
+}
+
+/// Reads pages of a text region, `hot_percent` of them from its first
+/// `hot_pages` pages (the rest uniform over all), until `done` says so or
+/// `limit` passes; returns the stats at the end.
+fn read_until(
+    rt: &Runtime,
+    bytes: &[u8],
+    hot_pages: usize,
+    hot_percent: u64,
+    limit: Duration,
+    done: impl Fn(&Stats) -> bool,
+) -> Stats {
+    let pages = bytes.len() / PAGE;
+    let deadline = std::time::Instant::now() + limit;
+    let mut sum = 0u64;
+    let mut i = 0u64;
+    loop {
+        for _ in 0..10_000 {
+            let r = mix(i);
+            i += 1;
+            let page = match r % 100 < hot_percent {
+                true => (r >> 8) as usize % hot_pages,
+                false => (r >> 8) as usize % pages,
+            };
+            sum = sum.wrapping_add(bytes[page * PAGE + (r >> 40) as usize % PAGE] as u64);
+        }
+        let s = rt.stats();
+        if done(&s) || std::time::Instant::now() > deadline {
+            std::hint::black_box(sum);
+            return s;
+        }
+    }
+}
+
+#[test]
+fn an_adapting_split_grows_the_pool_for_uniform_reads_and_shrinks_it_for_a_hot_set() {
+    let _guard = hang_guard(
+        "an_adapting_split_grows_the_pool_for_uniform_reads_and_shrinks_it_for_a_hot_set",
+        HANG_LIMIT,
+    );
+    let settings = CompressSettings {
+        adapt_share: true,
+        ..lz4(50)
+    };
+    // 48 MiB of phrase text in 8 MiB: at a ratio near 3, even the whole
+    // budget as pool holds about half, so uniform reads keep hitting the
+    // pool's old end.
+    let rt = runtime(8 << 20, settings);
+    let pages = 12_288;
+    let p = rt.alloc(pages * PAGE).expect("alloc").as_ptr();
+    // SAFETY: a fresh allocation of `pages` pages, used only here, while
+    // the runtime lives.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(p, pages * PAGE) };
+    for page in 0..pages {
+        phrase_text(1, page, 1, &mut bytes[page * PAGE..(page + 1) * PAGE]);
+    }
+    let limit = Duration::from_secs(30);
+    let s = read_until(&rt, bytes, 1, 0, limit, |s| s.compress_share_percent >= 65);
+    assert!(
+        s.compress_share_percent >= 65,
+        "uniform reads left the share at {}% after {} move(s): {}",
+        s.compress_share_percent,
+        s.compress_share_moves,
+        summary(&s)
+    );
+    // A hot set of 1,500 pages (6 MiB) taking 95% of the reads: it fits
+    // in the budget only if little of it goes to the pool.
+    let s = read_until(&rt, bytes, 1_500, 95, limit, |s| {
+        s.compress_share_percent <= 35
+    });
+    assert!(
+        s.compress_share_percent <= 35,
+        "a hot set left the share at {}% after {} move(s): {}",
+        s.compress_share_percent,
+        s.compress_share_moves,
+        summary(&s)
+    );
+    let mut expected = vec![0u8; PAGE];
+    for page in 0..pages {
+        phrase_text(1, page, 1, &mut expected);
+        assert!(
+            bytes[page * PAGE..(page + 1) * PAGE] == expected[..],
+            "page {page} changed"
+        );
+    }
+    assert!(
+        s.resident_bytes <= (8 << 20) + (256 << 10),
+        "the budget holds while the split moves: {}",
+        summary(&s)
     );
 }

@@ -152,6 +152,8 @@ impl WorkingSet for TiermemSet {
             ("dictionary_pages", s.dictionary_pages),
             ("compress_dictionary_bytes", s.compress_dictionary_bytes),
             ("dictionaries_gathered", s.dictionaries_gathered),
+            ("compress_share_percent", s.compress_share_percent as u64),
+            ("compress_share_moves", s.compress_share_moves),
             ("compress_rejected", s.compress_rejected),
             ("compress_bypassed", s.compress_bypassed),
             ("compressed_writebacks", s.compressed_writebacks),
@@ -205,12 +207,19 @@ fn compressed_note(s: &tiermem_core::Stats, config: &tiermem_core::Config) -> St
         return "compressed tier: off".into();
     }
     format!(
-        "compressed tier ({}, at most {}% of the budget): {} pages in {:.1} MiB after the measured phase \
+        "compressed tier ({}, at most {}% of the budget{}): {} pages in {:.1} MiB after the measured phase \
          ({:.0}% of it objects, {} KiB of it dictionaries, {} gathered), ratio {:.2}x; \
          {} stored ({} same-filled, {} with the dictionary), {} rejected, {} passed by while full and unused, {} written back; \
          {} hits, p50 {:.1} us, p99 {:.1} us",
         s.compression,
-        config.compress.share_percent,
+        s.compress_share_percent,
+        match config.compress.adapt_share {
+            true => format!(
+                " after {} step(s) from {}%",
+                s.compress_share_moves, config.compress.share_percent
+            ),
+            false => String::new(),
+        },
         s.compressed_pages,
         s.pool_bytes as f64 / (1 << 20) as f64,
         100.0 * s.compressed_bytes as f64 / s.pool_bytes.max(1) as f64,

@@ -295,13 +295,22 @@ fn dictionary_words(bytes: u64, gathered: u64) -> String {
     }
 }
 
+/// The pool's share of the budget, and how often an adapting one moved.
+fn share_words(percent: u32, moves: u64) -> String {
+    match moves {
+        0 => format!("share {percent}%"),
+        n => format!("share {percent}% after {n} move(s)"),
+    }
+}
+
 /// The compressed tier: what it holds and what it served.
 fn compressed_line(s: &Stats) -> String {
     if s.compression == "off" {
         return "compressed      off (TIERMEM_COMPRESS=off)\n".to_string();
     }
     format!(
-        "compressed      {pages} page(s) in {pool} (ratio {ratio:.2}, {dictionary}); stored {stores} \
+        "compressed      {pages} page(s) in {pool} (ratio {ratio:.2}, {dictionary}, {share}); \
+         stored {stores} \
          (same-filled {same}, with the dictionary {with_dictionary}), rejected {rejected}, passed by {bypassed}, written back {wb}; \
          hits {hits} \
          (p50 {p50}, p99 {p99})\n",
@@ -309,6 +318,7 @@ fn compressed_line(s: &Stats) -> String {
         pool = mib(s.pool_bytes),
         ratio = s.compression_ratio(),
         dictionary = dictionary_words(s.compress_dictionary_bytes, s.dictionaries_gathered),
+        share = share_words(s.compress_share_percent, s.compress_share_moves),
         stores = s.compressed_stores,
         same = s.same_filled_pages,
         with_dictionary = s.dictionary_pages,
@@ -438,6 +448,7 @@ mod tests {
             pool_bytes: 1 << 20,
             compress_dictionary_bytes: 64 << 10,
             dictionaries_gathered: 1,
+            compress_share_percent: 50,
             compressed_hits: 33,
             ..Stats::default()
         };
@@ -450,7 +461,7 @@ mod tests {
             "clean drops 5",
             "peak resident 16.0 MiB (50.0% of budget)",
             "p99",
-            "compressed      1024 page(s) in 1.0 MiB (ratio 4.00, 64 KiB dictionary)",
+            "compressed      1024 page(s) in 1.0 MiB (ratio 4.00, 64 KiB dictionary, share 50%)",
             "hits 33",
         ] {
             assert!(text.contains(word), "missing {word:?} in\n{text}");

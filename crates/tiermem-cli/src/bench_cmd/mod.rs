@@ -253,10 +253,17 @@ pub struct BenchArgs {
         env = "TIERMEM_COMPRESS"
     )]
     compress: String,
-    /// The most of the budget tiermem's compressed pool may take, in
-    /// percent (1-90).
-    #[arg(long, value_name = "PERCENT", default_value_t = tiermem_core::compress::settings::DEFAULT_SHARE_PERCENT, env = "TIERMEM_COMPRESS_SHARE")]
-    compress_share: u32,
+    /// The most of the budget tiermem's compressed pool may take: a
+    /// percent (1-90), or auto, which adapts it between 10% and 90% of the
+    /// budget, from 50%, to where the pool's hits land. --pool-in-budget
+    /// sets it to zswap's cap.
+    #[arg(
+        long,
+        value_name = "PERCENT|auto",
+        default_value = settings::known("TIERMEM_COMPRESS_SHARE").value,
+        env = "TIERMEM_COMPRESS_SHARE"
+    )]
+    compress_share: String,
     /// on: tiermem's compressed tier gathers a 64 KiB dictionary from the
     /// first pages that compress and compresses later pages with it while
     /// it saves 8% of the bytes (the bench's text packs 1.6x tighter, real
@@ -362,10 +369,12 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
         builder = builder.handler_threads(n);
     }
     let pool_in_budget = pool_in_budget(args, size("--dram", &args.dram)?)?;
-    let share = pool_in_budget.map_or(args.compress_share, |p| p.tiermem_share_percent);
+    let share = pool_in_budget.map_or(args.compress_share.clone(), |p| {
+        p.tiermem_share_percent.to_string()
+    });
     let compress = CompressSettings::from_lookup(&|var| match var {
         ENV_COMPRESS => Some(args.compress.clone()),
-        ENV_COMPRESS_SHARE => Some(share.to_string()),
+        ENV_COMPRESS_SHARE => Some(share.clone()),
         ENV_COMPRESS_DICT => Some(args.compress_dict.clone()),
         _ => None,
     })?;
@@ -449,9 +458,14 @@ fn pool_in_budget(args: &BenchArgs, budget: u64) -> anyhow::Result<Option<PoolIn
          (mem_limit) fails the swap-outs beyond it instead of passing them to a slower swap \
          area, so its pool cannot be held to a share of the budget; run kernel-zram alone"
     );
+    // zswap's pool cap is fixed, so tiermem's share is too: the share
+    // asked for, or where an adapting one starts.
+    let asked = CompressSettings::from_lookup(&|var| {
+        (var == ENV_COMPRESS_SHARE).then(|| args.compress_share.clone())
+    })?;
     let split = tiermem_bench::zswap::pool_in_budget(
         budget,
-        args.compress_share,
+        asked.share_percent,
         tiermem_core::sys::physical_ram_bytes(),
         1..=tiermem_core::compress::settings::MAX_SHARE_PERCENT,
     )?;

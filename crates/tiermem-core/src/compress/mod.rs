@@ -21,6 +21,7 @@ pub(crate) mod dictionary;
 pub(crate) mod lz4;
 pub(crate) mod pool;
 pub mod settings;
+pub(crate) mod split;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -32,6 +33,7 @@ pub use settings::{Codec, CompressSettings};
 
 use dictionary::Dictionary;
 use pool::Pool;
+use split::Split;
 
 pub(crate) struct CompressedTier {
     pub settings: CompressSettings,
@@ -39,6 +41,8 @@ pub(crate) struct CompressedTier {
     /// Gathered from pages that compress, unless
     /// `TIERMEM_COMPRESS_DICT=off`; charged against the pool's share.
     pub dictionary: Dictionary,
+    /// The pool's share of the budget, set or adapted.
+    pub split: Split,
     /// Compressed pages with the sequence number of their compression,
     /// oldest first: the write-back order. An entry whose page has since
     /// left the pool (or was compressed again) is stale and skipped.
@@ -66,6 +70,11 @@ impl CompressedTier {
             settings,
             pool: Pool::new(ram, page_size)?,
             dictionary: Dictionary::new(page_size)?,
+            split: Split::new(
+                settings.share_percent,
+                settings.adapt_share,
+                settings::MAX_SHARE_PERCENT,
+            ),
             order: Mutex::new(VecDeque::new()),
             next_seq: AtomicU32::new(0),
             reserve_pages: AtomicU64::new(0),
@@ -75,7 +84,7 @@ impl CompressedTier {
     /// Segments the pool may commit under a budget of `limit_pages`: its
     /// share, less the dictionary's DRAM.
     pub fn cap_segments(&self, limit_pages: u64, page_size: usize) -> u64 {
-        let share = limit_pages * page_size as u64 * self.settings.share_percent as u64 / 100;
+        let share = limit_pages * page_size as u64 * self.split.percent() as u64 / 100;
         let share = share.saturating_sub(self.dictionary.charged_bytes(page_size));
         share / self.pool.segment_bytes() as u64
     }
@@ -125,6 +134,11 @@ impl CompressedTier {
         self.next_seq.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The sequence number the next compression gets.
+    pub fn upcoming_seq(&self) -> u32 {
+        self.next_seq.load(Ordering::Relaxed)
+    }
+
     fn order(&self) -> std::sync::MutexGuard<'_, VecDeque<(PageNo, u32)>> {
         self.order.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -148,7 +162,11 @@ impl CompressedTier {
     }
 
     pub fn pop_oldest(&self) -> Option<(PageNo, u32)> {
-        self.order().pop_front()
+        let oldest = self.order().pop_front();
+        if let Some((_, seq)) = oldest {
+            self.split.note_oldest(seq);
+        }
+        oldest
     }
 
     /// Whether `page` is still compressed from compression `seq`. A racy

@@ -8,18 +8,19 @@ use crate::settings::env_or_default;
 
 /// Codec of the compressed tier: `lz4` (the default), `lz4-fast` or `off`.
 pub const ENV_COMPRESS: &str = "TIERMEM_COMPRESS";
-/// Most of the DRAM budget the compressed pool may take, in percent (1 to 90).
+/// Most of the DRAM budget the compressed pool may take: a percent (1 to
+/// 90; 50 by default) or `auto` (adapted between 10% and 90%, from 50%).
 pub const ENV_COMPRESS_SHARE: &str = "TIERMEM_COMPRESS_SHARE";
 /// Whether compressions may use a dictionary gathered from pages that
 /// compress: `on` (the default) or `off`.
 pub const ENV_COMPRESS_DICT: &str = "TIERMEM_COMPRESS_DICT";
 
-/// Half the budget: a page of budget holding compressed text serves
-/// three or four pages at a few microseconds each, where the same page
-/// resident serves one at no cost; an even split keeps the hottest pages
-/// mapped and still multiplies the DRAM that compressible data reaches.
-/// Incompressible data never enters the pool, so the share costs it
-/// nothing.
+/// Half the budget, the default, and where an adapting split starts: a page of budget
+/// holding compressed text serves three or four pages at a few
+/// microseconds each, where the same page resident serves one at no cost;
+/// an even split keeps the hottest pages mapped and still multiplies the
+/// DRAM that compressible data reaches. Incompressible data never enters
+/// the pool, so the share costs it nothing.
 pub const DEFAULT_SHARE_PERCENT: u32 = 50;
 /// The largest share of the budget the pool may take.
 pub const MAX_SHARE_PERCENT: u32 = 90;
@@ -71,8 +72,15 @@ impl FromStr for Codec {
 pub struct CompressSettings {
     /// How evicted pages are compressed; [`Codec::Off`] turns the tier off.
     pub codec: Codec,
-    /// Most of the DRAM budget the compressed pool may take, in percent.
+    /// Most of the DRAM budget the compressed pool may take, in percent;
+    /// where it starts if `adapt_share`.
     pub share_percent: u32,
+    /// Whether the share adapts to where the pool's hits land
+    /// (`TIERMEM_COMPRESS_SHARE=auto`; see `compress::split`). Off by
+    /// default: it gained 6–16% on the bench's uniform text and 3–10% on
+    /// zipf text, but lost 8–28% under `bench-redis`, where it grew the
+    /// pool to 75–90% of the budget.
+    pub adapt_share: bool,
     /// Whether compressions may use a 64 KiB dictionary gathered from
     /// pages that compress (on by default; it is used only while it saves
     /// 8% of the bytes, and replaced when it stops paying).
@@ -84,6 +92,7 @@ impl Default for CompressSettings {
         CompressSettings {
             codec: Codec::Lz4,
             share_percent: DEFAULT_SHARE_PERCENT,
+            adapt_share: false,
             dictionary: true,
         }
     }
@@ -110,6 +119,9 @@ impl CompressSettings {
             s.codec = v.parse()?;
         }
         if let Some(v) = env_or_default(ENV_COMPRESS_SHARE, lookup) {
+            s.adapt_share = is_auto(&v);
+        }
+        if let Some(v) = env_or_default(ENV_COMPRESS_SHARE, lookup).filter(|v| !is_auto(v)) {
             s.share_percent = v
                 .trim()
                 .trim_end_matches('%')
@@ -120,7 +132,7 @@ impl CompressSettings {
                     invalid(
                         ENV_COMPRESS_SHARE,
                         &v,
-                        "expected a percentage of the DRAM budget from 1 to 90",
+                        "expected auto or a percentage of the DRAM budget from 1 to 90",
                     )
                 })?;
         }
@@ -134,10 +146,18 @@ impl CompressSettings {
     /// Appends the settings as `TIERMEM_COMPRESS*` variables, for a child process.
     pub fn to_env(&self, env: &mut Vec<(&'static str, String)>) {
         env.push((ENV_COMPRESS, self.codec.name().into()));
-        env.push((ENV_COMPRESS_SHARE, self.share_percent.to_string()));
+        let share = match self.adapt_share {
+            true => "auto".to_string(),
+            false => self.share_percent.to_string(),
+        };
+        env.push((ENV_COMPRESS_SHARE, share));
         let dictionary = if self.dictionary { "on" } else { "off" };
         env.push((ENV_COMPRESS_DICT, dictionary.into()));
     }
+}
+
+fn is_auto(v: &str) -> bool {
+    v.trim().eq_ignore_ascii_case("auto")
 }
 
 #[cfg(test)]
@@ -171,6 +191,12 @@ mod tests {
         assert!(!plain.dictionary && plain.is_on());
         let mut share = CompressSettings::from_lookup(&set(ENV_COMPRESS_SHARE, "30%")).unwrap();
         assert_eq!(share.share_percent, 30);
+        assert!(
+            !defaults.adapt_share && !share.adapt_share,
+            "the share is set by default"
+        );
+        let auto = CompressSettings::from_lookup(&set(ENV_COMPRESS_SHARE, "Auto")).unwrap();
+        assert!(auto.adapt_share && auto.share_percent == DEFAULT_SHARE_PERCENT);
         share.dictionary = false;
         let mut env = Vec::new();
         share.to_env(&mut env);

@@ -51,6 +51,11 @@ pub(super) const COMPACTIONS_PER_BATCH: usize = 8;
 /// compressed page busy, the store refusing writes).
 const ROOM_TRIES: usize = 8;
 
+/// How often an adapting split is reconsidered: long enough for a
+/// thousand hits or more under load, short enough to follow a phase
+/// change within seconds (a step is 5% of the budget).
+const SPLIT_INTERVAL_NS: u64 = 500_000_000;
+
 pub(super) struct PoolWork {
     encoder: Encoder,
     /// Object handles of a segment being compacted.
@@ -68,6 +73,10 @@ pub(super) struct PoolWork {
     hits_seen: u64,
     /// Pages let by while passing by, to take every 16th.
     bypass_skipped: u32,
+    /// When the split is reconsidered next (`now_ns`).
+    next_split_ns: u64,
+    /// What an encoding takes, a moving average (1/64 per page).
+    encode_ns: u64,
 }
 
 impl PoolWork {
@@ -82,6 +91,8 @@ impl PoolWork {
             full_stores_without_hit: 0,
             hits_seen: 0,
             bypass_skipped: 0,
+            next_split_ns: 0,
+            encode_ns: 0,
         }
     }
 
@@ -151,7 +162,12 @@ impl<'a> Evictor<'a> {
         if self.pool.encoder.take_request_for_new_dictionary() && tier.settings.dictionary {
             tier.dictionary.start_gathering();
         }
-        let body = match self.pool.encoder.encode(data, tier.active_dictionary()) {
+        let started = crate::sys::now_ns();
+        let encoded = self.pool.encoder.encode(data, tier.active_dictionary());
+        let took = crate::sys::now_ns().saturating_sub(started);
+        let average = &mut self.pool.encode_ns;
+        *average = (*average * 63 + took) / 64;
+        let body = match encoded {
             Encoded::SameFilled(word) => Body::SameFilled(word),
             Encoded::Lz4(bytes) => Body::Lz4(bytes),
             Encoded::Lz4WithDictionary(bytes, slot) => Body::Lz4WithDictionary(bytes, slot),
@@ -249,6 +265,7 @@ impl<'a> Evictor<'a> {
             return;
         };
         release_unused_dictionaries(rt, tier);
+        self.adapt_split(tier);
         let mut tries = 0;
         while tier.pool.committed_segments() > tier.cap_segments(rt.budget.limit(), rt.page_size)
             && !rt.stopping()
@@ -262,6 +279,35 @@ impl<'a> Evictor<'a> {
                 // Busy pages or a failing store: the next round retries.
                 return;
             }
+        }
+    }
+
+    /// Every half second, lets the split between resident pages and the
+    /// pool move towards where hits save more (`compress::split`); a
+    /// smaller share is then reached by the write-back that follows.
+    fn adapt_split(&mut self, tier: &CompressedTier) {
+        let rt = self.rt;
+        let now = crate::sys::now_ns();
+        if !tier.split.is_adaptive() || now < self.pool.next_split_ns {
+            return;
+        }
+        self.pool.next_split_ns = now + SPLIT_INTERVAL_NS;
+        let objects = tier.pool.objects();
+        let committed = tier.pool.committed_bytes().max(1);
+        let typical = |summary: crate::stats::LatencySummary, default: u64| match summary.p50_ns {
+            0 => default,
+            ns => ns,
+        };
+        let moved = tier.split.adapt(crate::compress::split::Inputs {
+            objects,
+            ratio: (objects * rt.page_size as u64) as f64 / committed as f64,
+            budget_pages: rt.budget.limit(),
+            hit_ns: typical(rt.compressed_hit_latency.summary(), 12_000),
+            miss_ns: typical(rt.page_in_latency.summary(), 60_000),
+            evict_ns: self.pool.encode_ns,
+        });
+        if moved.is_some() {
+            Counters::add(&rt.counters.compress_share_moves, 1);
         }
     }
 
@@ -324,7 +370,7 @@ impl<'a> Evictor<'a> {
                 tier.push_front(std::iter::once((page, seq)));
                 break;
             };
-            rt.decompress(page, rt.frames.ptr(frame));
+            let _ = rt.decompress(page, rt.frames.ptr(frame));
             self.to_write.push((page, state, frame));
             self.pool.entries.push((page, seq));
         }

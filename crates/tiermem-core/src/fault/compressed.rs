@@ -24,7 +24,9 @@ pub(crate) fn install_compressed(
 ) {
     let frame = take_frame(rt);
     let buf = rt.frames.ptr(frame);
-    rt.decompress(page, buf);
+    let seq = rt.decompress(page, buf);
+    let tier = rt.compressed_tier();
+    tier.split.note_hit(seq, tier.upcoming_seq());
     let exclusive = rt.config.organization.inclusion == Inclusion::Exclusive;
     let dirty = state.is_dirty() || write || exclusive;
     stage_2_install(rt, page, buf, dirty);

@@ -162,6 +162,7 @@ impl Runtime {
             s.pool_bytes = tier.dram_bytes(rt.page_size);
             s.compress_dictionary_bytes = tier.dictionary.charged_bytes(rt.page_size);
             s.dictionaries_gathered = tier.dictionary.published();
+            s.compress_share_percent = tier.split.percent();
         }
         s.compressed_hit_latency = rt.compressed_hit_latency.summary();
         s

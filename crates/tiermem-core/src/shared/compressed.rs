@@ -30,8 +30,9 @@ impl Shared {
     }
 
     /// Decompresses the object of `page`, which the caller owns, into the
-    /// page-sized runtime buffer `buf`.
-    pub(crate) fn decompress(&self, page: PageNo, buf: *mut u8) {
+    /// page-sized runtime buffer `buf`; returns the object's sequence
+    /// number (its place in the pool's order).
+    pub(crate) fn decompress(&self, page: PageNo, buf: *mut u8) -> u32 {
         let tier = self.compressed_tier();
         // SAFETY: the frame is ours and page-sized.
         let out = unsafe { std::slice::from_raw_parts_mut(buf, self.page_size) };
@@ -63,5 +64,6 @@ impl Shared {
                 }
             }
         }
+        object.seq
     }
 }
