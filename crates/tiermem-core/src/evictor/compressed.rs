@@ -162,11 +162,15 @@ impl<'a> Evictor<'a> {
         if self.pool.encoder.take_request_for_new_dictionary() && tier.settings.dictionary {
             tier.dictionary.start_gathering();
         }
-        let started = crate::sys::now_ns();
+        // Only an adapting split reads the compression time.
+        let timed = tier.split.is_adaptive();
+        let started = if timed { crate::sys::now_ns() } else { 0 };
         let encoded = self.pool.encoder.encode(data, tier.active_dictionary());
-        let took = crate::sys::now_ns().saturating_sub(started);
-        let average = &mut self.pool.encode_ns;
-        *average = (*average * 63 + took) / 64;
+        if timed {
+            let took = crate::sys::now_ns().saturating_sub(started);
+            let average = &mut self.pool.encode_ns;
+            *average = (*average * 63 + took) / 64;
+        }
         let body = match encoded {
             Encoded::SameFilled(word) => Body::SameFilled(word),
             Encoded::Lz4(bytes) => Body::Lz4(bytes),
