@@ -293,11 +293,63 @@ fn signal_fault_delivery_runs_verifies_and_is_reported() {
     assert!(notes.contains("faulting thread (SIGBUS"), "{notes}");
 }
 
+/// `--suite --rounds 2` with tiermem alone (no root needed): every case
+/// runs in each round, every page of every round is verified, and the
+/// medians cover every case with one figure slot per round.
+#[test]
+fn a_suite_in_rounds_runs_every_case_each_round_and_sums_them_up() {
+    let out = tiermem()
+        .args([
+            "bench",
+            "--suite",
+            "--rounds",
+            "2",
+            "--modes",
+            "tiermem",
+            "--working-set",
+            "32M",
+            "--dram",
+            "8M",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--no-device-check",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let (json, stdout) = successful_json(&out);
+    assert_eq!(json["schema"], "tiermem.bench-suite-rounds/1", "{stdout}");
+    let rounds = json["rounds"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 2, "{stdout}");
+    for round in rounds {
+        let cases = round["suite"].as_array().expect("each round is a suite");
+        assert_eq!(cases.len(), 5, "{stdout}");
+        for case in cases {
+            let r = &case["results"][0];
+            assert_eq!(r["mode"], "tiermem");
+            assert_eq!(r["verify"]["pages_checked"], 8192, "{case}");
+            assert_eq!(r["verify"]["lost"], 0, "{case}");
+            assert_eq!(r["verify"]["corrupted"], 0, "{case}");
+        }
+    }
+    let medians = json["medians"]["cases"].as_array().expect("medians");
+    assert_eq!(medians.len(), 5);
+    for case in medians {
+        // Without kernel swap there is no ratio, so no verdict either.
+        assert_eq!(case["each_round"].as_array().map(Vec::len), Some(2));
+        assert!(case["met"].is_null(), "{case}");
+    }
+}
+
 #[test]
 fn bad_flags_are_refused_clearly() {
     // Each bad value, and the words the refusal must name: the flag or the
     // value, and the accepted forms.
-    let cases: [(&[&str], &[&str]); 7] = [
+    let cases: [(&[&str], &[&str]); 9] = [
+        (&["--rounds", "2"], &["--rounds applies to --suite"]),
+        (&["--suite", "--rounds", "0"], &["--rounds", "1..=20"]),
         (&["--dram", "lots"], &["--dram", "lots", "256M"]),
         (
             &["--pattern", "zipf:abc"],

@@ -146,6 +146,9 @@ fn other_shape(object: &serde_json::Map<String, Value>) -> &'static str {
     if object.contains_key("plan") && object.contains_key("modes") {
         "this looks like `tiermem bench-redis --json` (Redis operations per second), \
          which the cost report does not read; "
+    } else if object.contains_key("rounds") {
+        "this is a `tiermem bench --suite --rounds` result: pass one round, which has \
+         the one-round shape (for example `jq '.rounds[0]' FILE > round.json`); "
     } else if object.contains_key("relative_cost") {
         "this is a `tiermem cost --json` result; "
     } else {
@@ -469,6 +472,7 @@ mod tests {
             (json!([1, 2]), "not an object"),
             (json!({ "plan": {}, "modes": [] }), "bench-redis"),
             (json!({ "relative_cost": 0.6 }), "`tiermem cost --json`"),
+            (json!({ "rounds": [], "medians": {} }), "jq '.rounds[0]'"),
             (
                 json!({ "results": [] }),
                 "neither a `summary` nor a `suite`",

@@ -167,9 +167,20 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// and --dram 512M it takes about 7 minutes (most of it filling and
 /// verifying 2 GiB per mode and case).
 ///
+/// --rounds N (with --suite) runs the matrix N times. One round's ratio
+/// moves by about 15% from one run to the next on a shared machine, so a
+/// single round decides no target. Each round prints its own table; a
+/// summary then gives, per case, every round's figure, how many rounds met
+/// the target, and the verdict: the target applied to the median of the
+/// rounds (for zipf, the median hit-ratio margin over kernel swap must not
+/// be negative either). Which mode runs first alternates from case to case
+/// and from round to round. With --json, `rounds` holds one object per
+/// round, each shaped as a one-round suite, and `medians` the summary.
+///
 /// Examples:
 ///   tiermem bench                                   (1 GiB in 256 MiB, dram, tiermem, kernel-swap)
 ///   tiermem bench --suite --dram 512M               (2 GiB in 512 MiB, the matrix)
+///   tiermem bench --suite --dram 512M --rounds 3    (the matrix three times, medians)
 ///   tiermem bench --working-set 4G --dram 1G --read-ratio 0 --duration 30
 ///   tiermem bench --pattern zipf:0.99 --threads 2 --modes tiermem,kernel-swap --json
 ///   tiermem bench --workload scan-resistance --dram 256M --policy s3fifo
@@ -295,6 +306,12 @@ pub struct BenchArgs {
     /// Run the random-access matrix against kernel swap (see above).
     #[arg(long)]
     suite: bool,
+    /// With --suite: run the whole matrix this many times (1 to 20), the
+    /// order of the modes alternating from round to round too, and judge
+    /// each case on the median of its rounds (see above).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
     /// Measured seconds per mode (a plain number is seconds; 500ms, 10s).
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::duration_args::seconds)]
     duration: f64,
@@ -533,6 +550,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
         tiermem_core::sys::thread::restrict_current_thread(&placement.cpus)
             .context("restricting the bench to --cpus")?;
     }
+    anyhow::ensure!(
+        args.suite || args.rounds == 1,
+        "--rounds applies to --suite: a single run's modes are compared within one round; \
+         add --suite, or repeat the command"
+    );
     if args.suite {
         return run_suite(args, &plan);
     }
@@ -588,9 +610,11 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// `--suite`: every case of the matrix, one table (or one JSON object).
+/// `--suite`: every case of the matrix, one table (or one JSON object),
+/// per round, and with more than one round a summary of their medians.
 fn run_suite(args: &BenchArgs, plan: &BenchPlan) -> anyhow::Result<i32> {
     let quiet = args.json || !std::io::stdout().is_terminal();
+    let rounds = args.rounds as usize;
     if !args.json {
         let modes = if args.modes.is_empty() {
             2
@@ -598,42 +622,79 @@ fn run_suite(args: &BenchArgs, plan: &BenchPlan) -> anyhow::Result<i32> {
             args.modes.len()
         };
         eprintln!(
-            "tiermem bench --suite: {} cases, about {:.0} minutes",
+            "tiermem bench --suite: {} cases{}, about {:.0} minutes",
             bench_suite::CASES.len(),
-            bench_suite::estimate(plan, modes).as_secs_f64() / 60.0
+            if rounds > 1 {
+                format!(" x {rounds} rounds")
+            } else {
+                String::new()
+            },
+            bench_suite::estimate(plan, modes, rounds).as_secs_f64() / 60.0
         );
     }
-    let runs = bench_suite::run_suite(plan, &args.modes, args.no_device_check, quiet);
+    let all = bench_suite::run_suite(plan, &args.modes, args.no_device_check, rounds, quiet);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&tiermem_host::wrap(
-                "tiermem.bench-suite/2",
-                bench_suite::to_json(plan, &runs)
-            ))?
-        );
+        print_suite_json(plan, &all)?;
     } else {
-        print!("{}", bench_suite::render(plan, &runs));
+        for (i, runs) in all.iter().enumerate() {
+            if rounds > 1 {
+                println!(
+                    "{}round {} of {rounds}",
+                    if i > 0 { "\n" } else { "" },
+                    i + 1
+                );
+            }
+            print!("{}", bench_suite::render(plan, runs));
+        }
+        if rounds > 1 {
+            print!("{}", bench_suite::rounds::render(&all));
+        }
         if let Some(note) = IdleWait::read().note() {
             println!("\nnote: {note}");
         }
     }
     if let Some(path) = &args.plot {
         let title = plot::suite_title(&plan.workload, plan.tiermem.dram_budget, unix_now());
-        let panels: Vec<plot::Panel> = runs
+        let panels: Vec<plot::Panel> = all
             .iter()
-            .map(|run| plot::Panel {
-                caption: run.case.name.to_string(),
-                results: &run.results,
+            .enumerate()
+            .flat_map(|(i, runs)| {
+                runs.iter().map(move |run| plot::Panel {
+                    caption: match rounds {
+                        1 => run.case.name.to_string(),
+                        _ => format!("round {}: {}", i + 1, run.case.name),
+                    },
+                    results: &run.results,
+                })
             })
             .collect();
         write_plot(path, &title, &panels, args.json)?;
     }
-    let clean = runs
+    let clean = all
         .iter()
+        .flatten()
         .flat_map(|r| &r.results)
         .all(|r| r.verify.is_clean());
     Ok(if clean { 0 } else { 3 })
+}
+
+/// One round: the one-round suite object, as before. More: each round's
+/// object under `rounds`, and the medians under `medians`.
+fn print_suite_json(plan: &BenchPlan, all: &[Vec<bench_suite::CaseRun>]) -> anyhow::Result<()> {
+    let value = match all {
+        [one] => tiermem_host::wrap("tiermem.bench-suite/2", bench_suite::to_json(plan, one)),
+        _ => tiermem_host::wrap(
+            "tiermem.bench-suite-rounds/1",
+            serde_json::json!({
+                "rounds": all.iter().map(|runs| bench_suite::to_json(plan, runs)).collect::<Vec<_>>(),
+                "medians": bench_suite::rounds::to_json(all),
+                "working_set_bytes": plan.workload.working_set_bytes,
+                "budget_bytes": plan.tiermem.dram_budget,
+            }),
+        ),
+    };
+    println!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(())
 }
 
 pub fn worker(mode: &str, spec: &str) -> i32 {

@@ -6,6 +6,9 @@
 //! run weighs on both alike. The device is measured before each case, as a
 //! single `tiermem bench` run does. One table gives every ratio against
 //! kernel swap, the target it is held to, and the share of the device limit.
+//! With `--rounds N` the matrix runs N times and [`rounds`] sums them up.
+
+pub mod rounds;
 
 use std::time::Duration;
 
@@ -40,7 +43,17 @@ pub enum Target {
 }
 
 impl Target {
-    fn describe(self) -> String {
+    /// Whether `figure` (see [`CaseRun::figure`]) and the hit-ratio margin
+    /// meet the target; `None` when a figure it needs is missing.
+    pub fn is_met(self, figure: Option<f64>, hit_margin: Option<f64>) -> Option<bool> {
+        match self {
+            Target::Speedup(x) => Some(figure? >= x),
+            Target::SpeedupAndHitRatio(x) => Some(figure? >= x && hit_margin? >= 0.0),
+            Target::DeviceSeqShare(s) => Some(figure? >= s),
+        }
+    }
+
+    pub fn describe(self) -> String {
         match self {
             Target::Speedup(x) => format!(">= {x:.1}x"),
             Target::SpeedupAndHitRatio(x) => format!(">= {x:.1}x, hits >= ks"),
@@ -129,23 +142,30 @@ impl CaseRun {
     }
 
     /// Whether the case met its target; `None` when a figure is missing.
-    fn met(&self) -> Option<bool> {
+    pub fn met(&self) -> Option<bool> {
+        self.case.target.is_met(self.figure(), self.hit_margin())
+    }
+
+    /// The figure the target is held to: the ratio against kernel swap,
+    /// or for the scan the share of the device's sequential read.
+    pub fn figure(&self) -> Option<f64> {
         match self.case.target {
-            Target::Speedup(x) => Some(self.speedup()? >= x),
-            Target::SpeedupAndHitRatio(x) => Some(
-                self.speedup()? >= x
-                    && self.hit_ratio(Mode::Tiermem)? >= self.hit_ratio(Mode::KernelSwap)?,
-            ),
-            Target::DeviceSeqShare(s) => Some(self.seq_share(Mode::Tiermem)? >= s),
+            Target::Speedup(_) | Target::SpeedupAndHitRatio(_) => self.speedup(),
+            Target::DeviceSeqShare(_) => self.seq_share(Mode::Tiermem),
         }
     }
 
-    fn is_random_access(&self) -> bool {
+    /// tiermem's hit ratio minus kernel swap's, in points of a share.
+    pub fn hit_margin(&self) -> Option<f64> {
+        Some(self.hit_ratio(Mode::Tiermem)? - self.hit_ratio(Mode::KernelSwap)?)
+    }
+
+    pub fn is_random_access(&self) -> bool {
         self.case.pattern != "sequential"
     }
 
     /// (p50 met, p99 met) of the miss latency against kernel swap's.
-    fn miss_latency_met(&self) -> Option<(bool, bool)> {
+    pub fn miss_latency_met(&self) -> Option<(bool, bool)> {
         let (tm, ks) = self.pair()?;
         let p = |r: &ModeResult, q| r.latency.quantile_at_least(r.slow_threshold_ns, q);
         let (tm50, ks50) = (p(tm, 0.5)? as f64, p(ks, 0.5)? as f64);
@@ -182,19 +202,51 @@ fn case_modes(requested: &[Mode], index: usize) -> Vec<Mode> {
     modes
 }
 
-/// Runs every case. `no_device_check` skips the device measurements.
+/// Runs every case `rounds` times: one `Vec<CaseRun>` per round. Which
+/// mode runs first alternates from case to case, and from round to round,
+/// so that each case runs in both orders over two rounds.
+/// `no_device_check` skips the device measurements.
 pub fn run_suite(
     base: &BenchPlan,
     requested: &[Mode],
     no_device_check: bool,
+    rounds: usize,
     quiet: bool,
-) -> Vec<CaseRun> {
+) -> Vec<Vec<CaseRun>> {
     let bar = progress_bar(!quiet);
+    let all = (0..rounds)
+        .map(|round| run_round(base, requested, no_device_check, (round, rounds), &bar))
+        .collect();
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    all
+}
+
+/// One round of the matrix; `(round, rounds)` place it for the progress
+/// bar and the order of the modes.
+fn run_round(
+    base: &BenchPlan,
+    requested: &[Mode],
+    no_device_check: bool,
+    (round, rounds): (usize, usize),
+    bar: &Option<indicatif::ProgressBar>,
+) -> Vec<CaseRun> {
+    let steps = (rounds * CASES.len()) as f64;
+    let label = |index: usize| match rounds {
+        1 => format!("{}/{}", index + 1, CASES.len()),
+        _ => format!(
+            "round {}/{rounds}, {}/{}",
+            round + 1,
+            index + 1,
+            CASES.len()
+        ),
+    };
     let mut runs = Vec::new();
     for (index, case) in CASES.iter().enumerate() {
-        let plan = case_plan(base, case, case_modes(requested, index));
-        if let Some(b) = &bar {
-            b.set_message(format!("{}/{} device", index + 1, CASES.len()));
+        let plan = case_plan(base, case, case_modes(requested, index + round));
+        if let Some(b) = bar {
+            b.set_message(format!("{} device", label(index)));
         }
         let device = if no_device_check {
             None
@@ -202,15 +254,10 @@ pub fn run_suite(
             check_device(&plan)
         };
         let results = run_plan(&plan, &mut |mode, phase, done| {
-            if let Some(b) = &bar {
-                b.set_message(format!(
-                    "{}/{} {:<11} {phase}",
-                    index + 1,
-                    CASES.len(),
-                    mode.name()
-                ));
-                let whole = (index as f64 + done.clamp(0.0, 1.0)) / CASES.len() as f64;
-                b.set_position((whole * 1000.0) as u64);
+            if let Some(b) = bar {
+                b.set_message(format!("{} {:<11} {phase}", label(index), mode.name()));
+                let step = (round * CASES.len() + index) as f64;
+                b.set_position(((step + done.clamp(0.0, 1.0)) / steps * 1000.0) as u64);
             }
         });
         runs.push(CaseRun {
@@ -218,9 +265,6 @@ pub fn run_suite(
             device,
             results,
         });
-    }
-    if let Some(b) = bar {
-        b.finish_and_clear();
     }
     runs
 }
@@ -250,7 +294,7 @@ fn of_limit(run: &CaseRun, mode: Mode) -> Option<f64> {
 }
 
 /// First-touch pages/s summed over the cases, tiermem against kernel swap.
-fn first_touch(runs: &[CaseRun]) -> (Option<f64>, Option<f64>) {
+pub fn first_touch(runs: &[CaseRun]) -> (Option<f64>, Option<f64>) {
     let total = |mode| -> Option<f64> {
         let (mut pages, mut secs) = (0.0, 0.0);
         for run in runs {
@@ -403,13 +447,13 @@ pub fn to_json(base: &BenchPlan, runs: &[CaseRun]) -> serde_json::Value {
 }
 
 /// How long the suite takes, roughly, for the help and a first message.
-pub fn estimate(base: &BenchPlan, modes: usize) -> Duration {
+pub fn estimate(base: &BenchPlan, modes: usize, rounds: usize) -> Duration {
     // First touch and verification together run at about 50K pages/s under
     // paging (kernel swap verifies at its sequential swap-in rate); the
     // device check takes about 6 s a case.
     let pages = (base.workload.working_set_bytes / base.workload.page_size.max(1)) as f64;
     let per_mode = base.workload.duration_s + base.workload.warmup_s + pages / 50_000.0 + 2.0;
-    Duration::from_secs_f64(CASES.len() as f64 * (modes as f64 * per_mode + 6.0))
+    Duration::from_secs_f64(rounds as f64 * CASES.len() as f64 * (modes as f64 * per_mode + 6.0))
 }
 
 #[cfg(test)]
