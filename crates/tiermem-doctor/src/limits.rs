@@ -18,8 +18,8 @@ const NAME_MEMLOCK: &str = "memlock";
 const NAME_MAP_COUNT: &str = "max_map_count";
 
 /// Read buffers one handler thread registers with its ring, at the
-/// default 4 KiB page size: `buffer_pages` in the core's `fault/ring.rs`
-/// (twice the largest read-ahead window of 1 MiB).
+/// default 4 KiB page size: `buffer_pages` in the core's
+/// `fault/ring/setup.rs` (its `BUFFER_BYTES`, one read-ahead window of 2 MiB).
 pub const RING_BUFFER_BYTES: u64 = 2 << 20;
 /// What `--encrypt` locks for its keys (`encryption.rs` asks for 64 KiB).
 pub const KEY_BYTES: u64 = 64 << 10;

@@ -8,7 +8,7 @@
 
 use tiermem_host::format::{or_dash, ratio, share_percent};
 
-use super::{first_touch, CaseRun, Target, CASES, FIRST_TOUCH_TARGET};
+use super::{first_touch, verdict, CaseRun, Target, CASES, FIRST_TOUCH_TARGET};
 
 /// One case's figures in one round, as its target reads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -114,14 +114,6 @@ fn figure_text(target: Target, figure: Option<f64>) -> String {
     match target {
         Target::DeviceSeqShare(_) => or_dash(figure, share_percent),
         _ => or_dash(figure, ratio),
-    }
-}
-
-fn verdict(met: Option<bool>) -> &'static str {
-    match met {
-        Some(true) => "met",
-        Some(false) => "MISSED",
-        None => "-",
     }
 }
 

@@ -8,11 +8,15 @@ use crate::fault::uring::cooperative_ring;
 use crate::io_config::PollMode;
 use crate::shared::Shared;
 
-/// Bytes of read buffer per handler, beyond one page per queue slot.
-const BUFFER_BYTES: usize = 4 << 20;
+/// Bytes of read buffer per handler, beyond one page per queue slot. The
+/// buffers are registered with the ring, and the kernel charges them to
+/// `RLIMIT_MEMLOCK` (8 MiB by default for an unprivileged user): 2 MiB per
+/// handler keeps two handlers and `--encrypt`'s keys within it. A second
+/// read-ahead window waits for buffers that the first one frees.
+const BUFFER_BYTES: usize = 2 << 20;
 
 /// Page-sized read buffers per ring handler: one per queue slot, and room
-/// for a couple of read-ahead windows.
+/// for up to two read-ahead windows within `BUFFER_BYTES`.
 pub(super) fn buffer_pages(rt: &Shared) -> usize {
     let max_window = max_window_pages(rt.page_size) as usize;
     (rt.config.io.depth as usize).max((BUFFER_BYTES / rt.page_size).min(2 * max_window))
