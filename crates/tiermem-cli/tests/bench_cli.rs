@@ -264,6 +264,10 @@ fn random_misses_are_compared_with_the_device_limit() {
     let measured = summary["pages_per_sec"].as_f64().unwrap();
     assert!((share - measured / pages_per_sec).abs() < 1e-9, "{summary}");
     assert!(share > 0.0, "{summary}");
+    // Misses happen at 4x the budget: both miss percentiles are given, in order.
+    let p50 = summary["miss_p50_ns"].as_u64().expect("miss p50");
+    let p99 = summary["miss_p99_ns"].as_u64().expect("miss p99");
+    assert!(p50 > 0 && p99 >= p50, "{summary}");
     assert_eq!(json["results"][0]["verify"]["lost"].as_u64(), Some(0));
 }
 

@@ -139,6 +139,7 @@ pub(crate) fn json_summary(r: &ModeResult, device: Option<&DeviceRef>) -> serde_
         "p999_ns": r.latency.quantile(0.999),
         "slow_fraction": r.latency.count_at_least(r.slow_threshold_ns) as f64 / r.latency.count().max(1) as f64,
         "miss_p50_ns": r.latency.quantile_at_least(r.slow_threshold_ns, 0.5),
+        "miss_p99_ns": r.latency.quantile_at_least(r.slow_threshold_ns, 0.99),
     })
 }
 
