@@ -57,6 +57,7 @@ pub use compress::{Codec, CompressSettings};
 pub use config::{Config, ConfigBuilder, FaultDelivery, PolicyKind, DEFAULT_BACKING_DIR};
 pub use error::{Error, Result};
 pub use error_policy::{ErrorPolicy, Injection};
+pub use fault::ring_buffer_bytes;
 pub use io_config::{AsyncIo, IoEngine, IoSettings, PollMode};
 pub use organization::{Inclusion, Organization, Preset, WritePolicy};
 pub use pins::expect_async_io;

@@ -18,9 +18,10 @@ const NAME_MEMLOCK: &str = "memlock";
 const NAME_MAP_COUNT: &str = "max_map_count";
 
 /// Read buffers one handler thread registers with its ring, at the
-/// default 4 KiB page size: `buffer_pages` in the core's
-/// `fault/ring/setup.rs` (its `BUFFER_BYTES`, one read-ahead window of 2 MiB).
-pub const RING_BUFFER_BYTES: u64 = 2 << 20;
+/// default 4 KiB page size, as the core sizes them.
+pub fn ring_buffer_bytes() -> u64 {
+    tiermem_core::ring_buffer_bytes(4096)
+}
 /// What `--encrypt` locks for its keys (`encryption.rs` asks for 64 KiB).
 pub const KEY_BYTES: u64 = 64 << 10;
 /// The kernel's default `vm.max_map_count` (`DEFAULT_MAX_MAP_COUNT`).
@@ -60,7 +61,7 @@ impl MemlockFacts {
 
     /// Locked memory a default run with `--encrypt` uses.
     pub fn need(&self) -> u64 {
-        self.handler_threads as u64 * RING_BUFFER_BYTES + KEY_BYTES
+        self.handler_threads as u64 * ring_buffer_bytes() + KEY_BYTES
     }
 }
 
@@ -113,7 +114,7 @@ pub fn memlock(facts: &MemlockFacts) -> Check {
         "a run needs {} locked: the io_uring read buffers of {threads} handler thread(s) \
          ({} each) and --encrypt's keys ({})",
         human_bytes(need),
-        human_bytes(RING_BUFFER_BYTES),
+        human_bytes(ring_buffer_bytes()),
         human_bytes(KEY_BYTES)
     );
     let fix = format!(

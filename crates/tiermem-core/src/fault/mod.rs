@@ -65,6 +65,8 @@ mod read_error;
 mod readahead;
 mod resolve;
 mod ring;
+
+pub use ring::default_buffer_bytes as ring_buffer_bytes;
 pub(crate) mod signal;
 mod sync;
 mod uring;

@@ -21,12 +21,10 @@ const STREAMS: usize = 8;
 /// The first window of a confirmed stream, in bytes (8 pages of 4 KiB).
 const FIRST_WINDOW_BYTES: u64 = 32 << 10;
 /// The largest window, in bytes: the reads of one window keep the
-/// device's queue busy while the program consumes the previous one. With
-/// 1 MiB a scan kept catching up with its read-ahead (79k faults on pages
-/// still being read in 8 s); 2 MiB windows, read through the same 2 MiB of
-/// buffers, averaged 1,330 MB/s against 1,240 in seven runs each,
-/// alternating, with fewer of those faults
-/// (docs/notebook/2026-11-27-suite-rounds.md).
+/// device's queue busy while the program consumes the previous one. A scan
+/// behind 1 MiB windows keeps catching up with its read-ahead and faults on
+/// pages still being read; 2 MiB windows cut those faults
+/// (docs/notebook/2026-11-27-suite-rounds.md has the runs).
 const MAX_WINDOW_BYTES: u64 = 2 << 20;
 /// Windows of large pages still hold a few pages, so that a stream reads
 /// ahead more than one page at a time.

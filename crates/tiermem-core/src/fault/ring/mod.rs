@@ -46,6 +46,7 @@ use crate::shared::Shared;
 use crate::sys::mem::Mapping;
 use crate::sys::uffd::{message_buffer, Fault};
 pub(crate) use setup::buffer_bytes;
+pub use setup::default_buffer_bytes;
 use setup::{buffer_pages, build_ring};
 use streams::Streams;
 

@@ -16,10 +16,21 @@ use crate::shared::Shared;
 const BUFFER_BYTES: usize = 2 << 20;
 
 /// Page-sized read buffers per ring handler: one per queue slot, and room
-/// for up to two read-ahead windows within `BUFFER_BYTES`.
+/// for read-ahead windows (two at most, `BUFFER_BYTES` in all).
 pub(super) fn buffer_pages(rt: &Shared) -> usize {
-    let max_window = max_window_pages(rt.page_size) as usize;
-    (rt.config.io.depth as usize).max((BUFFER_BYTES / rt.page_size).min(2 * max_window))
+    pages_for(rt.page_size, rt.config.io.depth)
+}
+
+fn pages_for(page_size: usize, depth: u32) -> usize {
+    let max_window = max_window_pages(page_size) as usize;
+    (depth as usize).max((BUFFER_BYTES / page_size).min(2 * max_window))
+}
+
+/// Bytes of read buffer one ring handler registers, and so locks, at
+/// `page_size` with the default queue depth: what `tiermem doctor` checks
+/// `RLIMIT_MEMLOCK` against.
+pub fn default_buffer_bytes(page_size: usize) -> u64 {
+    (pages_for(page_size, crate::io_config::DEFAULT_IO_DEPTH) * page_size) as u64
 }
 
 /// Bytes of read buffers a ring handler holds (outside the DRAM budget).
