@@ -24,6 +24,7 @@ use anyhow::{bail, Context};
 use crate::kernel_swap::{self, SandboxSpec, SwapSandbox};
 use crate::result::Mode;
 use crate::saved_settings::STATE_DIR;
+use crate::swap_readahead;
 use crate::zram::{self, MmStat, ZramOptions};
 use crate::zswap::{self, ZswapOptions};
 
@@ -37,6 +38,9 @@ pub struct CompressedOptions {
     pub zram: ZramOptions,
     /// kernel-zswap's pool counted against the budget (`--pool-in-budget`).
     pub pool_in_budget: Option<zswap::PoolInBudget>,
+    /// `vm.page-cluster` for the run (`--page-cluster`); `None` keeps the
+    /// machine's (see `swap_readahead`).
+    pub page_cluster: Option<u32>,
 }
 
 /// Where a compressed mode's statistics come from.
@@ -60,9 +64,30 @@ pub struct CompressedSwap {
 }
 
 /// Builds `mode`'s sandbox from `base` (the kernel-swap sandbox of the same
-/// run) with its tier. Everything changed is restored when the sandbox is
-/// removed, on every path (see `kernel_swap`).
+/// run) with its tier, and the swap readahead `options` ask for.
+/// Everything changed is restored when the sandbox is removed, on every
+/// path (see `kernel_swap`).
 pub fn create(
+    mode: Mode,
+    base: &SandboxSpec,
+    working_set_bytes: u64,
+    options: &CompressedOptions,
+) -> anyhow::Result<CompressedSwap> {
+    let mut built = create_tier(mode, base, working_set_bytes, options)?;
+    if let Some(value) = options.page_cluster {
+        // On failure `built.sandbox`, dropped here, takes the tier down.
+        let (guard, note) = swap_readahead::set_for_run(
+            Path::new(swap_readahead::SYSCTL_DIR),
+            Path::new(STATE_DIR),
+            value,
+        )?;
+        built.sandbox.add_restore(Arc::new(guard));
+        built.notes.push(note);
+    }
+    Ok(built)
+}
+
+fn create_tier(
     mode: Mode,
     base: &SandboxSpec,
     working_set_bytes: u64,

@@ -23,6 +23,7 @@ pub mod result;
 pub mod runner;
 pub mod saved_settings;
 pub mod scan_resistance;
+pub mod swap_readahead;
 pub mod vm;
 pub mod worker;
 pub mod zram;

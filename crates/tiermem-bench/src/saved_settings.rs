@@ -1,5 +1,5 @@
 //! Machine settings a bench mode changes for its run (zswap's module
-//! parameters, zram's device attributes), saved before the first change and
+//! parameters, zram's device attributes, `vm.page-cluster`), saved before the first change and
 //! put back afterwards on every path.
 //!
 //! The originals are written to a state file, `<state dir>/<kind>-<pid>.json`
@@ -35,6 +35,9 @@ pub enum Kind {
     /// (which empties it and sets its size to 0) before its attributes are
     /// written back, since most of them cannot change while it holds data.
     Zram { device: PathBuf },
+    /// Kernel tunables under /proc/sys (`vm.page-cluster`): written back
+    /// as they were.
+    Sysctl,
 }
 
 impl Kind {
@@ -42,6 +45,7 @@ impl Kind {
         match self {
             Kind::Zswap => "zswap",
             Kind::Zram { .. } => "zram",
+            Kind::Sysctl => "sysctl",
         }
     }
 }

@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use tiermem_core::settings;
 
 use clap::Args;
+use tiermem_bench::compressed::CompressedOptions;
 use tiermem_bench::redis_bench::{self, Settings};
 use tiermem_bench::result::Mode;
+use tiermem_core::compress::settings::ENV_COMPRESS_SHARE;
+use tiermem_core::parse_size;
 
 use crate::compressed_args::CompressedArgs;
 use crate::data_args::DataArg;
@@ -32,12 +35,16 @@ use crate::data_args::DataArg;
 ///                budget, with a swapfile on the backing store's filesystem
 ///                (needs root; removed on every exit path, Ctrl-C included);
 ///   kernel-zswap kernel-swap with zswap on for the run (--zswap-compressor,
-///                --zswap-max-pool-percent);
+///                --zswap-max-pool-percent; --pool-in-budget counts its
+///                pool against --dram, as tiermem's is);
 ///   kernel-zram  the same cgroup, swapping to /dev/zram0 instead of the
 ///                swapfile (--zram-compressor, --zram-size).
 /// The compressed modes run only when named, as root, while no other swap
-/// area is active and zram0 is unused; every setting they change is put
-/// back on every exit path (see `tiermem bench --help`). Their JSON has
+/// area is active and zram0 is unused, with swap readahead off
+/// (vm.page-cluster 0, --page-cluster: at the kernel's default of 3,
+/// readahead from zswap filled the cgroup with swap cache until its OOM
+/// killer ended redis-server); every setting they change is put back on
+/// every exit path (see `tiermem bench --help`). Their JSON has
 /// the tier's statistics at its fullest (`compressed`: zswap_* or zram_*
 /// counters with the compression ratio), and a note says the same.
 ///
@@ -64,6 +71,7 @@ use crate::data_args::DataArg;
 ///   tiermem bench-redis --dataset 4G --dram 1G --clients 16 --requests 1000000
 ///   tiermem bench-redis --modes tiermem,kernel-swap --backing /mnt/nvme --json
 ///   tiermem bench-redis --data text --modes tiermem,kernel-swap,kernel-zswap
+///   tiermem bench-redis --data text --modes tiermem,kernel-zswap --pool-in-budget
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct RedisBenchArgs {
@@ -127,6 +135,22 @@ pub fn run(args: &RedisBenchArgs) -> anyhow::Result<i32> {
         redis_server: args.redis_server.clone(),
         redis_benchmark: args.redis_benchmark.clone(),
         // Checked by the harness after the other settings.
-        compressed: args.compressed.options(),
+        compressed: compressed_options(args),
+    })
+}
+
+/// The compressed modes' options, with `--pool-in-budget`'s split of the
+/// budget against the share tiermem's pool takes under `tiermem run`
+/// (TIERMEM_COMPRESS_SHARE, or its default).
+fn compressed_options(args: &RedisBenchArgs) -> anyhow::Result<CompressedOptions> {
+    let options = args.compressed.options()?;
+    let budget = parse_size("--dram", &args.dram)?.resolve();
+    let share = std::env::var(ENV_COMPRESS_SHARE)
+        .unwrap_or_else(|_| settings::known(ENV_COMPRESS_SHARE).value.to_string());
+    Ok(CompressedOptions {
+        pool_in_budget: args
+            .compressed
+            .pool_in_budget(&args.modes, &share, budget)?,
+        ..options
     })
 }

@@ -351,7 +351,7 @@ fn a_suite_in_rounds_runs_every_case_each_round_and_sums_them_up() {
 fn bad_flags_are_refused_clearly() {
     // Each bad value, and the words the refusal must name: the flag or the
     // value, and the accepted forms.
-    let cases: [(&[&str], &[&str]); 9] = [
+    let cases: [(&[&str], &[&str]); 11] = [
         (&["--rounds", "2"], &["--rounds applies to --suite"]),
         (&["--suite", "--rounds", "0"], &["--rounds", "1..=20"]),
         (&["--dram", "lots"], &["--dram", "lots", "256M"]),
@@ -381,6 +381,14 @@ fn bad_flags_are_refused_clearly() {
                 "64M",
             ],
             &["steps of 1%", "use a budget of at least"],
+        ),
+        (
+            &["--page-cluster", "32"],
+            &["--page-cluster '32'", "keep", "0-31"],
+        ),
+        (
+            &["--page-cluster", "off"],
+            &["--page-cluster 'off'", "keep", "0-31"],
         ),
     ];
     for (flags, words) in cases {

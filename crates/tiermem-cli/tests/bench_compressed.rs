@@ -10,6 +10,7 @@ use std::path::Path;
 
 const ZSWAP: &str = "/sys/module/zswap/parameters";
 const ZRAM: &str = "/sys/block/zram0";
+const PAGE_CLUSTER: &str = "/proc/sys/vm/page-cluster";
 /// The compressed modes refuse to run while another swap area is on, so
 /// this file's tests, each of which turns swap on, take turns.
 static MACHINE_SWAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -40,6 +41,9 @@ fn machine_settings() -> Vec<(String, String)> {
             }
         }
     }
+    if let Ok(v) = std::fs::read_to_string(PAGE_CLUSTER) {
+        out.push((PAGE_CLUSTER.into(), v.trim().to_string()));
+    }
     let debugfs_mounted = std::fs::read_to_string("/proc/self/mounts")
         .unwrap_or_default()
         .lines()
@@ -62,19 +66,29 @@ fn active_swaps() -> Vec<String> {
 /// that it left every setting as it found it and no swap on. `None` where
 /// the machine cannot run it (not root, no cgroup v1 memory controller).
 fn bench_leaving_the_machine_as_it_was(args: &[&str]) -> Option<std::process::Output> {
+    leaving_the_machine_as_it_was(|| {
+        timed::tiermem_within(300)
+            .arg("bench")
+            .args(args)
+            .args(["--duration", "1", "--warmup", "0.2"])
+            .args(["--no-device-check", "--json"])
+            .output()
+            .unwrap()
+    })
+}
+
+/// Runs `run` on its own and checks that it left every setting as it
+/// found it and no swap on; `None` where the machine cannot run it.
+fn leaving_the_machine_as_it_was(
+    run: impl FnOnce() -> std::process::Output,
+) -> Option<std::process::Output> {
     let _turn = MACHINE_SWAP.lock().unwrap_or_else(|p| p.into_inner());
     if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
         eprintln!("skipped: needs root and the cgroup v1 memory controller");
         return None;
     }
     let before = machine_settings();
-    let out = timed::tiermem_within(300)
-        .arg("bench")
-        .args(args)
-        .args(["--duration", "1", "--warmup", "0.2"])
-        .args(["--no-device-check", "--json"])
-        .output()
-        .unwrap();
+    let out = run();
     assert_eq!(machine_settings(), before, "settings not restored");
     assert!(
         active_swaps().is_empty(),
@@ -139,12 +153,14 @@ fn zswap_and_zram_store_pages_compressed_and_leave_the_machine_as_it_was() {
         // Text compresses about 2.4x with LZ4; lzo-rle and lz4 land near.
         let got = counters[ratio].as_f64().unwrap_or(0.0);
         assert!((1.5..6.0).contains(&got), "{name}: ratio {got}: {counters}");
-        assert!(
-            r["notes"].as_array().is_some_and(|n| n
-                .iter()
-                .any(|n| n.as_str().is_some_and(|n| n.contains("ratio")))),
-            "{name}: no note on the tier: {r}"
-        );
+        for words in ["ratio", "vm.page-cluster 0"] {
+            assert!(
+                r["notes"].as_array().is_some_and(|n| n
+                    .iter()
+                    .any(|n| n.as_str().is_some_and(|n| n.contains(words)))),
+                "{name}: no note with {words:?}: {r}"
+            );
+        }
     }
 }
 
@@ -185,17 +201,7 @@ fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
         .nth(1)
         .unwrap_or_else(|| panic!("no split in the notes: {notes}"));
     let percent: u64 = split.split('%').next().unwrap().parse().unwrap();
-    let ram = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let ram_kib: u64 = ram
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let cap = ram_kib * 1024 / 100 * percent;
+    let cap = ram_bytes() / 100 * percent;
     let pool = zswap["counters"]["zswap_pool_total_size"]
         .as_f64()
         .unwrap_or(0.0);
@@ -213,4 +219,140 @@ fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
         tier_notes.contains(&format!("at most {share}% of the budget")),
         "tiermem's share is not zswap's: {tier_notes} / {notes}"
     );
+}
+
+/// redis-server and redis-benchmark in PATH; in CI their absence fails.
+fn redis_available() -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = |name: &str| std::env::split_paths(&path).any(|d| d.join(name).is_file());
+    if found("redis-server") && found("redis-benchmark") {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "redis-server or redis-benchmark not in PATH, and CI is set"
+    );
+    eprintln!("skipped: redis-server or redis-benchmark not in PATH");
+    false
+}
+
+/// `bench-redis --modes tiermem,kernel-zswap --pool-in-budget` with text
+/// values: both modes keep every key, zswap's pool stays within its cap,
+/// and tiermem's pool takes the same share of the budget (past the 50% it
+/// would take by default), with swap readahead off for zswap and every
+/// setting put back.
+#[test]
+fn bench_redis_with_zswaps_pool_in_budget_keeps_every_key_and_gives_tiermem_the_same_share() {
+    if !redis_available() {
+        return;
+    }
+    let Some(out) = leaving_the_machine_as_it_was(|| {
+        timed::tiermem_within(600)
+            .args(["bench-redis", "--dataset", "768M", "--dram", "288M"])
+            .args(["--requests", "2000", "--data", "text", "--json"])
+            .args(["--modes", "tiermem,kernel-zswap", "--pool-in-budget"])
+            .env_remove("TIERMEM_COMPRESS")
+            .env_remove("TIERMEM_COMPRESS_SHARE")
+            .output()
+            .unwrap()
+    }) else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("steps of 1%") {
+        eprintln!("skipped: this machine's memory is too large for a 288M budget: {stderr}");
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "bench-redis failed: {stdout}\n{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(json["data_loss"], false, "{stdout}");
+    let modes = json["modes"].as_array().expect("modes");
+    let mode = |name: &str| {
+        modes
+            .iter()
+            .find(|m| m["mode"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+    };
+    for name in ["tiermem", "kernel-zswap"] {
+        let m = mode(name);
+        assert_eq!(m["status"], "ok", "{m}");
+        for field in ["lost_keys", "corrupt_keys", "missing_after"] {
+            assert_eq!(m["run"][field], 0, "{field} in {m}");
+        }
+    }
+    let zswap = mode("kernel-zswap");
+    let notes = zswap["notes"].to_string();
+    assert!(notes.contains("vm.page-cluster 0"), "{notes}");
+    let percent: u64 = notes
+        .split("zswap's pool at most ")
+        .nth(1)
+        .and_then(|rest| rest.split('%').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no split in the notes: {notes}"));
+    let share = notes
+        .split("tiermem's pool at most ")
+        .nth(1)
+        .and_then(|rest| rest.split('%').next())
+        .and_then(|p| p.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no tiermem share in the notes: {notes}"));
+    assert!(
+        share > 50,
+        "the split should give tiermem more than its default: {notes}"
+    );
+    let tiermem = mode("tiermem");
+    assert!(
+        tiermem["notes"]
+            .to_string()
+            .contains(&format!("at most {share}% of the budget")),
+        "{tiermem}"
+    );
+    // "compressed      3948 page(s) in 7.2 MiB (ratio 2.13); ..." at exit:
+    // 768 MiB of text in 288 MiB fills the pool to its share, past the
+    // default 50% (144 MiB).
+    let line = tiermem["run"]["tiermem_stats"]
+        .as_array()
+        .and_then(|lines| {
+            lines
+                .iter()
+                .filter_map(|l| l.as_str())
+                .find(|l| l.starts_with("compressed"))
+        })
+        .unwrap_or_else(|| panic!("no compressed line in {tiermem}"))
+        .to_string();
+    let pool_mib: f64 = line
+        .split(" in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" MiB").next())
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pool size in {line:?}"));
+    let budget_mib = 288.0;
+    assert!(
+        pool_mib > budget_mib * 0.55 && pool_mib <= budget_mib * share as f64 / 100.0 * 1.02,
+        "tiermem's pool of {pool_mib} MiB is not at its {share}% share: {line}"
+    );
+    let pool = zswap["run"]["compressed"]["zswap_pool_total_size"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(pool > 0.0, "zswap stored nothing: {zswap}");
+    let cap = ram_bytes() / 100 * percent;
+    assert!(
+        pool <= cap as f64 * 1.02,
+        "zswap's pool of {pool} bytes past its cap of {cap}: {zswap}"
+    );
+}
+
+/// MemTotal, in bytes.
+fn ram_bytes() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .expect("MemTotal in /proc/meminfo");
+    kib * 1024
 }

@@ -171,3 +171,38 @@ fn bench_redis_refuses_unknown_value_contents_and_names_the_choices() {
         "{stderr}"
     );
 }
+
+#[test]
+fn bench_redis_refuses_bad_compressed_mode_flags_with_the_reason() {
+    if !redis_available() {
+        return;
+    }
+    let cases: [(&[&str], &[&str]); 3] = [
+        (
+            &["--pool-in-budget"],
+            &["--pool-in-budget", "add it to --modes"],
+        ),
+        (
+            &[
+                "--pool-in-budget",
+                "--modes",
+                "kernel-zswap",
+                "--dram",
+                "64M",
+            ],
+            &["steps of 1%", "use a budget of at least"],
+        ),
+        (
+            &["--page-cluster", "99"],
+            &["--page-cluster '99'", "keep", "0-31"],
+        ),
+    ];
+    for (flags, words) in cases {
+        let out = tiermem().arg("bench-redis").args(flags).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {err}");
+        for w in words {
+            assert!(err.contains(w), "{flags:?}: {w} missing: {err}");
+        }
+    }
+}

@@ -96,6 +96,14 @@ impl Server {
                     .env("TIERMEM_DRAM", plan.dram_bytes.to_string())
                     .env("TIERMEM_BACKING", &plan.backing)
                     .env("TIERMEM_STATS", "1");
+                if let Some(split) = &plan.compressed.pool_in_budget {
+                    // The share zswap's cap came to, for both to hold their
+                    // pools in the same DRAM.
+                    cmd.env(
+                        tiermem_core::compress::settings::ENV_COMPRESS_SHARE,
+                        split.tiermem_share_percent.to_string(),
+                    );
+                }
             }
             Launch::Sandbox(sb) => sb.configure_command(&mut cmd),
         }

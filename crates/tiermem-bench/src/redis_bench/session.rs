@@ -45,7 +45,15 @@ pub(super) fn run_mode(
             run_kernel_swap(plan, mode, show_bars, &mut report.notes)
         }
         Mode::Tiermem => match library {
-            Some(lib) => session(plan, mode, Launch::Tiermem(lib), show_bars),
+            Some(lib) => {
+                if let Some(split) = &plan.compressed.pool_in_budget {
+                    report.notes.push(format!(
+                        "pool in budget: tiermem's pool at most {}% of the budget, as zswap's",
+                        split.tiermem_share_percent
+                    ));
+                }
+                session(plan, mode, Launch::Tiermem(lib), show_bars)
+            }
             None => Err(anyhow!("libtiermem.so was not located")),
         },
         Mode::Dram => session(plan, mode, Launch::Plain, show_bars),

@@ -51,9 +51,12 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// The default is dram,tiermem,kernel-swap. The two compressed modes are
 /// run only when named: they need root, change machine-wide settings for
 /// the run, and refuse to run while another swap area is active or zram0
-/// is in use. Every setting they change (zswap's enabled, compressor and
-/// max_pool_percent; zram0's comp_algorithm, disksize and contents; a
-/// debugfs they mount for zswap's statistics) is saved first in
+/// is in use. Both run with swap readahead off (vm.page-cluster 0,
+/// --page-cluster): readahead from a compressed tier fills the cgroup with
+/// swap cache until its OOM killer ends the program. Every setting they
+/// change (zswap's enabled, compressor and max_pool_percent; zram0's
+/// comp_algorithm, disksize and contents; vm.page-cluster; a debugfs they
+/// mount for zswap's statistics) is saved first in
 /// /run/tiermem-bench and put back on every exit path, Ctrl-C included;
 /// after a run killed outright, the next compressed run puts it back. They
 /// report the tier at its fullest, read every 0.1 s while the worker runs:
@@ -324,17 +327,6 @@ pub struct BenchArgs {
     modes: Vec<Mode>,
     #[command(flatten)]
     compressed: CompressedArgs,
-    /// kernel-zswap: count zswap's pool against --dram, as tiermem's pool
-    /// is. Under the cgroup v1 memory controller zswap's pool is charged to
-    /// no cgroup, so by default kernel-zswap has the whole budget for
-    /// resident pages plus its pool. With this flag the pool is capped at
-    /// tiermem's share of the budget (--compress-share) and the cgroup's
-    /// limit is the rest; zswap caps its pool in whole percents of the
-    /// machine's memory, so the cap is the percent nearest the share, and
-    /// tiermem's share follows it (the report says both). Needs
-    /// kernel-zswap in --modes; conflicts with --zswap-max-pool-percent.
-    #[arg(long, conflicts_with = "zswap_max_pool_percent")]
-    pool_in_budget: bool,
     /// Skip the quick measurement of the backing device: its QD1 4 KiB read
     /// latency (every run) and, for --pattern sequential, its sequential
     /// read bandwidth.
@@ -458,35 +450,12 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
 
 /// `--pool-in-budget`'s split of the budget, checked against the modes.
 fn pool_in_budget(args: &BenchArgs, budget: u64) -> anyhow::Result<Option<PoolInBudget>> {
-    if !args.pool_in_budget {
-        return Ok(None);
-    }
     anyhow::ensure!(
-        !args.suite,
+        !(args.suite && args.compressed.pool_in_budget),
         "--pool-in-budget applies to kernel-zswap, which --suite does not run"
     );
-    anyhow::ensure!(
-        args.modes.contains(&Mode::KernelZswap),
-        "--pool-in-budget applies to kernel-zswap: add it to --modes"
-    );
-    anyhow::ensure!(
-        !args.modes.contains(&Mode::KernelZram),
-        "--pool-in-budget does not apply to kernel-zram: zram's only cap on its memory \
-         (mem_limit) fails the swap-outs beyond it instead of passing them to a slower swap \
-         area, so its pool cannot be held to a share of the budget; run kernel-zram alone"
-    );
-    // zswap's pool cap is fixed, so tiermem's share is too: the share
-    // asked for, or where an adapting one starts.
-    let asked = CompressSettings::from_lookup(&|var| {
-        (var == ENV_COMPRESS_SHARE).then(|| args.compress_share.clone())
-    })?;
-    let split = tiermem_bench::zswap::pool_in_budget(
-        budget,
-        asked.share_percent,
-        tiermem_core::sys::physical_ram_bytes(),
-        1..=tiermem_core::compress::settings::MAX_SHARE_PERCENT,
-    )?;
-    Ok(Some(split))
+    args.compressed
+        .pool_in_budget(&args.modes, &args.compress_share, budget)
 }
 
 /// The workload and its working-set size. Scan resistance derives its sizes
