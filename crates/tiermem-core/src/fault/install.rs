@@ -127,6 +127,7 @@ pub(super) fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState,
     if state.is_prefetched() {
         Counters::add(&rt.counters.prefetch_hits, 1);
     }
+    rt.count_read_around_used(state);
     let slot = match (dirty, state.slot()) {
         (true, Some(old)) => {
             rt.slots().free(old);
@@ -134,12 +135,14 @@ pub(super) fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState,
         }
         (_, slot) => slot,
     };
-    // The page was charged all along; a touch in probation is a reference.
+    // The page was charged all along; a touch in probation is a reference,
+    // except the first touch of a page read around a miss, which is no
+    // more than a miss it saved (a write still is one).
     finish_resident(
         rt,
         page,
         PageState::FREE.with_dirty(dirty).with_slot(slot),
-        true,
+        !state.is_read_around() || write,
     );
 }
 

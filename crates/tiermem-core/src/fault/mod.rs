@@ -61,6 +61,7 @@ mod markers;
 pub(crate) mod neighbours;
 mod page_read;
 mod pread;
+pub(crate) mod read_around;
 mod read_error;
 mod readahead;
 mod resolve;

@@ -163,6 +163,7 @@ fn claimed_read(
         group: None,
         marker: false,
         neighbour: false,
+        around: false,
         started_ns: started,
     }
 }

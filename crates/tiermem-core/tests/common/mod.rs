@@ -266,3 +266,65 @@ impl Drop for HangGuard {
         self.0.store(true, Ordering::Release);
     }
 }
+
+const PAGE_WORDS: usize = UNIT / 8;
+
+/// A region whose every word is a function of its page, its index and the
+/// page's version, so that any lost, stale or misplaced byte shows.
+pub struct Pages {
+    base: *mut u8,
+    pub versions: Vec<u64>,
+}
+
+pub fn word_value(page: usize, index: usize, version: u64) -> u64 {
+    (page as u64) << 40 ^ (index as u64) << 20 ^ version.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl Pages {
+    /// Allocates `len` bytes from `rt` and writes every page once.
+    pub fn new(rt: &Runtime, len: usize) -> Pages {
+        let base = rt.alloc(len).expect("alloc").as_ptr();
+        let mut pages = Pages {
+            base,
+            versions: vec![0; len / UNIT],
+        };
+        for page in 0..pages.versions.len() {
+            pages.write(page);
+        }
+        pages
+    }
+
+    pub fn word(&self, page: usize, index: usize) -> &AtomicU64 {
+        assert!(page < self.versions.len() && index < PAGE_WORDS);
+        // SAFETY: the word lies inside the allocated region, 8-byte aligned.
+        unsafe { &*(self.base.add(page * UNIT + index * 8) as *const AtomicU64) }
+    }
+
+    pub fn write(&mut self, page: usize) {
+        self.versions[page] += 1;
+        let version = self.versions[page];
+        for i in 0..PAGE_WORDS {
+            self.word(page, i)
+                .store(word_value(page, i, version), Ordering::Relaxed);
+        }
+    }
+
+    /// Reads the whole page, as a program copying an object out would.
+    pub fn read(&self, page: usize) {
+        let version = self.versions[page];
+        for i in 0..PAGE_WORDS {
+            let got = self.word(page, i).load(Ordering::Relaxed);
+            assert_eq!(
+                got,
+                word_value(page, i, version),
+                "page {page} word {i}: {got:#x}"
+            );
+        }
+    }
+
+    pub fn verify_all(&self) {
+        for page in 0..self.versions.len() {
+            self.read(page);
+        }
+    }
+}

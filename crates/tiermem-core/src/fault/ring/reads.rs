@@ -10,9 +10,11 @@ use crate::stats::Counters;
 use crate::sys::now_ns;
 
 impl RingHandler<'_> {
-    /// Submits a run if the queue and buffers allow, else queues it.
+    /// Submits a run if the queue and buffers allow, else queues it: one
+    /// a thread waits for ahead of read-ahead.
     pub(super) fn start(&mut self, run: Vec<PageRead>) {
-        if self.waiting.is_empty() || !run[0].prefetch {
+        let awaited = is_awaited(&run);
+        if self.waiting.is_empty() || awaited {
             if let Some(first) = self.free_buffers(run.len()) {
                 if self.in_flight < self.depth {
                     self.submit(first, run);
@@ -20,10 +22,10 @@ impl RingHandler<'_> {
                 }
             }
         }
-        if run[0].prefetch {
-            self.waiting.push_back(run);
-        } else {
+        if awaited {
             self.waiting.push_front(run);
+        } else {
+            self.waiting.push_back(run);
         }
     }
 
