@@ -124,9 +124,6 @@ struct tm_stats {
     uint64_t neighbour_samples;   /* of those, parked to sample their use */
     uint64_t neighbour_used;      /* sampled neighbours the program used */
     uint64_t compress_bypassed;   /* sent to the store uncompressed by a full pool that served no hits */
-    uint64_t read_around_reads;   /* pages read around a miss in eviction order (part of prefetch_issued) */
-    uint64_t read_around_used;    /* of those, touched before they left DRAM */
-    uint64_t read_around_wasted;  /* of those, left DRAM untouched */
 };
 
 /* Starts tiermem. cfg may be NULL (environment only). Returns 0, or -1 with

@@ -168,13 +168,6 @@ pub struct TmStats {
     /// Pages a full compressed pool that served no hits sent to the store
     /// uncompressed.
     pub compress_bypassed: u64,
-    /// Pages read around a miss in eviction order (part of
-    /// `prefetch_issued`).
-    pub read_around_reads: u64,
-    /// Of those, the ones the program touched before they left DRAM.
-    pub read_around_used: u64,
-    /// Of those, the ones that left DRAM untouched.
-    pub read_around_wasted: u64,
 }
 
 thread_local! {
@@ -460,9 +453,6 @@ fn to_c(s: &Stats) -> TmStats {
         neighbour_reads: s.neighbour_reads,
         neighbour_samples: s.neighbour_samples,
         neighbour_used: s.neighbour_used,
-        read_around_reads: s.read_around_reads,
-        read_around_used: s.read_around_used,
-        read_around_wasted: s.read_around_wasted,
         compress_bypassed: s.compress_bypassed,
     }
 }

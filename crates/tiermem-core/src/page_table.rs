@@ -130,9 +130,6 @@ const REFERENCED: u64 = 1 << 5;
 const QUEUED: u64 = 1 << 6;
 /// Read ahead, and not yet known to have been used.
 const PREFETCHED: u64 = 1 << 7;
-/// Of the prefetched pages, one read around a miss in eviction order
-/// (`fault::read_around`), whose use steers that read-around.
-const READ_AROUND: u64 = 1 << 8;
 const SLOT_SHIFT: u32 = 16;
 
 /// A decoded copy of a page's state word.
@@ -170,21 +167,12 @@ impl PageState {
     pub fn is_prefetched(self) -> bool {
         self.0 & PREFETCHED != 0
     }
-    /// Clearing it clears [`PageState::is_read_around`] too: read-around
-    /// is a kind of prefetch.
     pub fn with_prefetched(self, prefetched: bool) -> PageState {
         PageState(if prefetched {
             self.0 | PREFETCHED
         } else {
-            self.0 & !(PREFETCHED | READ_AROUND)
+            self.0 & !PREFETCHED
         })
-    }
-    pub fn is_read_around(self) -> bool {
-        self.0 & READ_AROUND != 0
-    }
-    /// Marks a prefetched page as read around a miss (sets both bits).
-    pub fn as_read_around(self) -> PageState {
-        PageState(self.0 | PREFETCHED | READ_AROUND)
     }
     pub fn is_queued(self) -> bool {
         self.0 & QUEUED != 0
@@ -455,21 +443,6 @@ mod tests {
         assert!(!s.is_dirty() && s.is_queued());
         assert_eq!(s.kind(), Kind::Probation);
         assert_eq!(s.with_slot(Some(0)).slot(), Some(0));
-    }
-
-    #[test]
-    fn a_read_around_page_is_prefetched_and_loses_both_marks_together() {
-        let s = PageState::FREE
-            .with_kind(Kind::Probation)
-            .with_slot(Some(9))
-            .as_read_around();
-        assert!(s.is_read_around() && s.is_prefetched());
-        assert_eq!(s.slot(), Some(9));
-        let used = s.with_prefetched(false);
-        assert!(!used.is_read_around() && !used.is_prefetched());
-        assert_eq!(used.slot(), Some(9));
-        // A stream's prefetch is no read-around.
-        assert!(!PageState::FREE.with_prefetched(true).is_read_around());
     }
 
     const KINDS: [Kind; 9] = [

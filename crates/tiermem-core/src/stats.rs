@@ -27,11 +27,6 @@ pub struct Counters {
     pub neighbour_samples: AtomicU64,
     /// Parked neighbours the program faulted on.
     pub neighbour_used: AtomicU64,
-    /// Pages read around a miss in eviction order (`fault::read_around`).
-    pub read_around_reads: AtomicU64,
-    /// Of those, the ones the program touched, and the ones that left unused.
-    pub read_around_used: AtomicU64,
-    pub read_around_wasted: AtomicU64,
     pub io_batches: AtomicU64,
     pub max_in_flight: AtomicU64,
     pub spin_wakeups: AtomicU64,
@@ -222,14 +217,6 @@ pub struct Stats {
     /// Sampled neighbours the program used: `neighbour_used /
     /// neighbour_samples` estimates the share of neighbour reads used.
     pub neighbour_used: u64,
-    /// Pages read around a miss in eviction order (the stored pages whose
-    /// slots neighbour its own), parked in probation; part of
-    /// `prefetch_issued`.
-    pub read_around_reads: u64,
-    /// Of those, the ones the program touched before they left DRAM...
-    pub read_around_used: u64,
-    /// ...and the ones that left untouched.
-    pub read_around_wasted: u64,
     /// io_uring submissions of page reads.
     pub io_batches: u64,
     /// Most page reads one handler had in flight at once.
@@ -408,9 +395,6 @@ impl Counters {
         s.neighbour_reads = self.neighbour_reads.load(Relaxed);
         s.neighbour_samples = self.neighbour_samples.load(Relaxed);
         s.neighbour_used = self.neighbour_used.load(Relaxed);
-        s.read_around_reads = self.read_around_reads.load(Relaxed);
-        s.read_around_used = self.read_around_used.load(Relaxed);
-        s.read_around_wasted = self.read_around_wasted.load(Relaxed);
         s.io_batches = self.io_batches.load(Relaxed);
         s.max_in_flight = self.max_in_flight.load(Relaxed);
         s.spin_wakeups = self.spin_wakeups.load(Relaxed);

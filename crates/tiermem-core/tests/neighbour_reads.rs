@@ -6,13 +6,15 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{hang_guard, runtime, HangGuard, Pages, Rng, UNIT};
+use common::{hang_guard, runtime, HangGuard, Rng, UNIT};
 use tiermem_core::{PolicyKind, Runtime, Stats};
 
 const BUDGET: u64 = 16 << 20;
 const REGION: usize = 128 << 20;
+const WORDS: usize = UNIT / 8;
 const HANG_LIMIT: Duration = Duration::from_secs(120);
 
 /// What each test starts from: the hang guard, a runtime, its region
@@ -21,8 +23,67 @@ const HANG_LIMIT: Duration = Duration::from_secs(120);
 fn paged_region(test: &'static str, seed: u64) -> (HangGuard, Runtime, Pages, Rng) {
     let guard = hang_guard(test, HANG_LIMIT);
     let rt = runtime(BUDGET, UNIT, PolicyKind::Clock);
-    let pages = Pages::new(&rt, REGION);
+    let pages = Pages::new(&rt);
     (guard, rt, pages, Rng(seed))
+}
+
+/// A region whose every word is a function of its page, its index and the
+/// page's version, so that any lost, stale or misplaced byte shows.
+struct Pages {
+    base: *mut u8,
+    versions: Vec<u64>,
+}
+
+fn word_value(page: usize, index: usize, version: u64) -> u64 {
+    (page as u64) << 40 ^ (index as u64) << 20 ^ version.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl Pages {
+    fn new(rt: &Runtime) -> Pages {
+        let base = rt.alloc(REGION).expect("alloc").as_ptr();
+        let mut pages = Pages {
+            base,
+            versions: vec![0; REGION / UNIT],
+        };
+        for page in 0..pages.versions.len() {
+            pages.write(page);
+        }
+        pages
+    }
+
+    fn word(&self, page: usize, index: usize) -> &AtomicU64 {
+        assert!(page < self.versions.len() && index < WORDS);
+        // SAFETY: the word lies inside the allocated region, 8-byte aligned.
+        unsafe { &*(self.base.add(page * UNIT + index * 8) as *const AtomicU64) }
+    }
+
+    fn write(&mut self, page: usize) {
+        self.versions[page] += 1;
+        let version = self.versions[page];
+        for i in 0..WORDS {
+            self.word(page, i)
+                .store(word_value(page, i, version), Ordering::Relaxed);
+        }
+    }
+
+    /// Reads the whole page, as a program copying an object out would.
+    fn read(&self, page: usize) {
+        let version = self.versions[page];
+        for i in 0..WORDS {
+            let got = self.word(page, i).load(Ordering::Relaxed);
+            assert_eq!(
+                got,
+                word_value(page, i, version),
+                "page {page} word {i}: {got:#x}"
+            );
+        }
+    }
+
+    fn verify_all(&self) {
+        for page in 0..self.versions.len() {
+            self.read(page);
+        }
+    }
 }
 
 /// Objects of two pages at random even page numbers; every fourth is

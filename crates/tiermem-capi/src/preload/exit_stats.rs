@@ -209,16 +209,6 @@ fn neighbours(s: &Stats) -> String {
     )
 }
 
-fn read_around(s: &Stats) -> String {
-    if s.read_around_reads == 0 {
-        return "0".into();
-    }
-    format!(
-        "{} (used {}, wasted {})",
-        s.read_around_reads, s.read_around_used, s.read_around_wasted
-    )
-}
-
 fn us(ns: u64) -> String {
     format!("{:.1} µs", ns as f64 / 1000.0)
 }
@@ -238,7 +228,7 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
          organization    {organization}; conflict evictions {conflicts}, write-throughs {wts}\n\
          faults          {faults} (missing {missing}, write-protect {wp}, first touch {zero}); reads installed writable (write predicted) {predicted}\n\
          hit ratio       {hit} of faults served from DRAM without a device read\n\
-         page-ins        {ins} ({read} read), probation rescues {rescues}, read ahead {prefetch} (used {phits}, wasted {pwaste}), neighbours {neighbours}, read around {around}\n\
+         page-ins        {ins} ({read} read), probation rescues {rescues}, read ahead {prefetch} (used {phits}, wasted {pwaste}), neighbours {neighbours}\n\
          page-outs       {outs} ({written} written), clean drops {clean}, zero drops {zdrops}\n\
          fault latency   mean {mean}, p50 {p50}, p90 {p90}, p99 {p99}, p99.9 {p999}, max {max}\n\
          page-in         p50 {pi50} (device read p50 {rd50}), p99 {pi99} (device read p99 {rd99})\n\
@@ -287,7 +277,6 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
         phits = s.prefetch_hits,
         pwaste = s.prefetch_wasted,
         neighbours = neighbours(s),
-        around = read_around(s),
         stored = mib(s.stored_bytes),
     );
     text.push_str(&compressed_line(s));

@@ -177,7 +177,6 @@ impl<'a> Evictor<'a> {
                 return;
             }
             let n = (need as usize).min(BATCH);
-            self.take_arrivals();
             let (demoted, dropped) = self.fill_probation(n);
             let freed = dropped + self.evict_from_probation(n.saturating_sub(dropped));
             self.compact_some(compressed::COMPACTIONS_PER_BATCH);
@@ -186,14 +185,6 @@ impl<'a> Evictor<'a> {
                 std::thread::sleep(Duration::from_micros(200));
                 return;
             }
-        }
-    }
-
-    /// Takes the pages handlers parked in probation (read around a miss)
-    /// into the queue, behind the pages already there.
-    fn take_arrivals(&mut self) {
-        while let Some(page) = self.rt.probation_arrivals.pop() {
-            self.probation.push_back(page);
         }
     }
 
@@ -478,11 +469,6 @@ impl<'a> Evictor<'a> {
             if !clean && frame_is_zero(rt.frames.ptr(frame), rt.page_size) {
                 self.drop_zero(page, state, frame);
                 freed += 1;
-            } else if clean && state.is_prefetched() {
-                // Read ahead and never used: not worth compressing, and its
-                // slot still holds it.
-                self.drop_clean(page, state, frame);
-                freed += 1;
             } else if self.compress(page, state, frame) {
                 freed += 1;
             } else if clean {
@@ -642,7 +628,6 @@ impl Evictor<'_> {
         }
         self.writes.clear();
         for (i, &(page, _)) in self.written.iter().enumerate() {
-            rt.slots().set_owner(self.slots[i], page);
             self.writes.push(SlotWrite {
                 slot: self.slots[i],
                 src: rt.page_addr(page) as *const u8,
@@ -700,7 +685,6 @@ impl Evictor<'_> {
         }
         self.writes.clear();
         for (i, &(page, _, frame)) in self.to_write.iter().enumerate() {
-            rt.slots().set_owner(self.slots[i], page);
             let src = rt.frames.ptr(frame);
             let src = rt.seal(page, self.slots[i], src, self.scratch(i));
             self.writes.push(SlotWrite {

@@ -127,7 +127,6 @@ pub(super) fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState,
     if state.is_prefetched() {
         Counters::add(&rt.counters.prefetch_hits, 1);
     }
-    rt.count_read_around_used(state);
     let slot = match (dirty, state.slot()) {
         (true, Some(old)) => {
             rt.slots().free(old);
@@ -135,14 +134,12 @@ pub(super) fn rescue_from_probation(rt: &Shared, page: PageNo, state: PageState,
         }
         (_, slot) => slot,
     };
-    // The page was charged all along; a touch in probation is a reference,
-    // except the first touch of a page read around a miss, which is no
-    // more than a miss it saved (a write still is one).
+    // The page was charged all along; a touch in probation is a reference.
     finish_resident(
         rt,
         page,
         PageState::FREE.with_dirty(dirty).with_slot(slot),
-        !state.is_read_around() || write,
+        true,
     );
 }
 

@@ -8,28 +8,17 @@
 
 use super::install::{count_page_ins, finish_resident, install_with, read_in_state};
 use super::page_read::PageRead;
-use crate::page_table::{Kind, PageNo, PageState};
+use crate::page_table::{Kind, PageNo};
 use crate::shared::Shared;
 use crate::stats::Counters;
 
-/// Parks a read-ahead marker whose read completed into `buf`: the page
-/// waits in probation, unmapped, where any handler's fault serves it
-/// without I/O ([`rescue_from_probation`](super::install::rescue_from_probation)).
-/// The handler that read it watches it ([`park_state`]). False if no frame
+/// Parks a read-ahead marker whose read completed into `buf`: its content
+/// goes to a runtime frame and the page waits in probation, unmapped, where
+/// any handler's fault serves it without I/O
+/// ([`rescue_from_probation`](super::install::rescue_from_probation)). The
+/// handler that read it watches it ([`park_state`]). False if no frame
 /// is free: then install it like the rest of its window.
 pub(crate) fn park_marker(rt: &Shared, read: &PageRead, buf: *const u8) -> bool {
-    park(rt, read, buf, |s| s.with_prefetched(true))
-}
-
-/// Copies a page just read into `buf` to a runtime frame and leaves it in
-/// probation, unmapped, in the state `mark` makes of its read-in state.
-/// False if no frame is free.
-pub(crate) fn park(
-    rt: &Shared,
-    read: &PageRead,
-    buf: *const u8,
-    mark: impl FnOnce(PageState) -> PageState,
-) -> bool {
     let Some(frame) = rt.frames.alloc() else {
         return false;
     };
@@ -39,7 +28,9 @@ pub(crate) fn park(
     count_page_ins(rt, 1);
     Counters::add(&rt.counters.prefetch_issued, 1);
     rt.table.set_frame(read.page, frame);
-    let parked = mark(read_in_state(rt, read).with_kind(Kind::Probation));
+    let parked = read_in_state(rt, read)
+        .with_kind(Kind::Probation)
+        .with_prefetched(true);
     rt.table.finish(read.page, parked);
     true
 }
@@ -97,7 +88,6 @@ pub(crate) fn prefetch_used(rt: &Shared, page: PageNo) {
             .transition(page, state, state.with_prefetched(false))
         {
             Counters::add(&rt.counters.prefetch_hits, 1);
-            rt.count_read_around_used(state);
             return;
         }
     }

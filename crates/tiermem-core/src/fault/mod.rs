@@ -61,7 +61,6 @@ mod markers;
 pub(crate) mod neighbours;
 mod page_read;
 mod pread;
-pub(crate) mod read_around;
 mod read_error;
 mod readahead;
 mod resolve;

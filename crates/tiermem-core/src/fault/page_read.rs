@@ -27,9 +27,6 @@ pub(crate) struct PageRead {
     /// [`neighbours`](super::neighbours)): mapped at once, unless it is a
     /// parked sample (`marker` set too).
     pub neighbour: bool,
-    /// Read around a miss in eviction order (see
-    /// [`read_around`](super::read_around)): parked in probation, not mapped.
-    pub around: bool,
     pub started_ns: u64,
 }
 

@@ -163,7 +163,6 @@ fn claimed_read(
         group: None,
         marker: false,
         neighbour: false,
-        around: false,
         started_ns: started,
     }
 }

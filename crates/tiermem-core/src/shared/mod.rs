@@ -29,7 +29,6 @@ use crate::encryption::PageCipher;
 use crate::error::Result;
 use crate::error_policy::Injector;
 use crate::fault::neighbours::NeighbourReads;
-use crate::fault::read_around::ReadAround;
 use crate::fault::signal::slots::SignalSlots;
 use crate::fault::write_prediction::WritePrediction;
 use crate::fault::zero_stream::{ZeroStream, MAX_WINDOW as ZERO_AHEAD_MAX};
@@ -85,12 +84,6 @@ pub(crate) struct Shared {
     pub zero_stream: ZeroStream,
     /// Whether misses come in adjacent pairs (`fault::neighbours`).
     pub neighbours: NeighbourReads,
-    /// Whether pages that left DRAM with a missing one are used when read
-    /// with it (`fault::read_around`).
-    pub read_around: ReadAround,
-    /// Pages read around a miss and parked in probation by a handler, for
-    /// the evictor to take into its probation queue.
-    pub probation_arrivals: SegQueue<PageNo>,
     pub counters: Counters,
     pub fault_latency: LatencyHistogram,
     /// Demand page-ins only: from reading the fault to installing the page.
@@ -201,8 +194,6 @@ impl Shared {
             )?,
             zero_stream: ZeroStream::new(),
             neighbours: NeighbourReads::default(),
-            read_around: ReadAround::default(),
-            probation_arrivals: SegQueue::new(),
             counters: Counters::default(),
             fault_latency: LatencyHistogram::default(),
             page_in_latency: LatencyHistogram::default(),
@@ -398,18 +389,6 @@ impl Shared {
     pub(crate) fn count_if_wasted(&self, state: PageState) {
         if state.is_prefetched() {
             Counters::add(&self.counters.prefetch_wasted, 1);
-        }
-        if state.is_read_around() {
-            Counters::add(&self.counters.read_around_wasted, 1);
-            self.read_around.on_wasted();
-        }
-    }
-
-    /// A page read around a miss was touched before it left DRAM.
-    pub(crate) fn count_read_around_used(&self, state: PageState) {
-        if state.is_read_around() {
-            Counters::add(&self.counters.read_around_used, 1);
-            self.read_around.on_used();
         }
     }
 

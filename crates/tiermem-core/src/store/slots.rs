@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use super::held::HeldSlots;
 use crate::error::{Error, Result};
-use crate::page_table::PageNo;
 use crate::store::Store;
 use crate::sys::mem::Mapping;
 
@@ -51,11 +50,6 @@ pub struct SlotAllocator {
     in_use: AtomicU64,
     /// Next-fit cursor; only the evictor allocates, so this lock is uncontended.
     cursor: Mutex<u64>,
-    /// The page each slot was last written for, as page + 1 (0: none).
-    /// Read-around (`fault::read_around`) finds the pages that left DRAM
-    /// with a faulting one here; a reader checks the page's own state,
-    /// since a freed slot keeps its old owner until written again.
-    owners: Words,
 }
 
 /// What a forked child holds of its parent's slots: the shared bitmap, and
@@ -135,25 +129,7 @@ impl SlotAllocator {
             committed: AtomicU64::new(0),
             in_use: AtomicU64::new(0),
             cursor: Mutex::new(0),
-            owners: Words::new(capacity as usize, "reserving the slot owner map")?,
         })
-    }
-
-    /// Records that `slot` now holds `page`. Slots of an ancestor (below
-    /// the base) are not tracked.
-    pub fn set_owner(&self, slot: u64, page: PageNo) {
-        if let Some(own) = slot.checked_sub(self.base).filter(|&s| s < self.capacity) {
-            self.owners
-                .get(own as usize)
-                .store(u64::from(page) + 1, Ordering::Relaxed);
-        }
-    }
-
-    /// The page `slot` was last written for, if it is one of ours.
-    pub fn owner(&self, slot: u64) -> Option<PageNo> {
-        let own = slot.checked_sub(self.base).filter(|&s| s < self.capacity)?;
-        let word = self.owners.get(own as usize).load(Ordering::Relaxed);
-        PageNo::try_from(word.checked_sub(1)?).ok()
     }
 
     pub fn base(&self) -> u64 {

@@ -7,7 +7,6 @@ use super::{ParkedMarker, RingHandler};
 use crate::fault::install::{finish_read, finish_read_ahead_run};
 use crate::fault::markers::park_marker;
 use crate::fault::page_read::PageRead;
-use crate::fault::read_around::park_read_around;
 use crate::fault::read_error::{first_bad_page, settle, BadRead};
 use crate::store_errors::ReadFailure;
 use crate::sys::now_ns;
@@ -69,10 +68,6 @@ impl RingHandler<'_> {
     /// Installs the pages of a completed request. Runs of read-ahead pages
     /// go in with one call each; a window's marker is parked instead.
     pub(super) fn install_completed(&mut self, first: usize, reads: &[PageRead]) {
-        if reads.iter().any(|r| r.around) {
-            self.install_with_around(first, reads);
-            return;
-        }
         let mut run_start = 0;
         for i in 0..=reads.len() {
             let extends_run = reads.get(i).is_some_and(|r| {
@@ -95,21 +90,6 @@ impl RingHandler<'_> {
                     finish_read(self.rt, marker, self.buffer(first + i));
                 }
                 run_start = i + 1;
-            }
-        }
-    }
-
-    /// A request with pages read around its miss: the pages a thread
-    /// waits for go in first, then those read around are parked in
-    /// probation (installed if no frame is free).
-    fn install_with_around(&mut self, first: usize, reads: &[PageRead]) {
-        for (i, read) in reads.iter().enumerate().filter(|(_, r)| !r.around) {
-            self.install_completed(first + i, std::slice::from_ref(read));
-        }
-        for (i, read) in reads.iter().enumerate().filter(|(_, r)| r.around) {
-            let buf = self.buffer(first + i);
-            if !park_read_around(self.rt, read, buf) {
-                finish_read(self.rt, read, buf);
             }
         }
     }

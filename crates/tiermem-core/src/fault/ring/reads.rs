@@ -10,11 +10,9 @@ use crate::stats::Counters;
 use crate::sys::now_ns;
 
 impl RingHandler<'_> {
-    /// Submits a run if the queue and buffers allow, else queues it: one
-    /// a thread waits for ahead of read-ahead.
+    /// Submits a run if the queue and buffers allow, else queues it.
     pub(super) fn start(&mut self, run: Vec<PageRead>) {
-        let awaited = is_awaited(&run);
-        if self.waiting.is_empty() || awaited {
+        if self.waiting.is_empty() || !run[0].prefetch {
             if let Some(first) = self.free_buffers(run.len()) {
                 if self.in_flight < self.depth {
                     self.submit(first, run);
@@ -22,10 +20,10 @@ impl RingHandler<'_> {
                 }
             }
         }
-        if awaited {
-            self.waiting.push_front(run);
-        } else {
+        if run[0].prefetch {
             self.waiting.push_back(run);
+        } else {
+            self.waiting.push_front(run);
         }
     }
 

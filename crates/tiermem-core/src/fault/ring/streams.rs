@@ -7,7 +7,6 @@ use super::{ParkedMarker, RingHandler};
 use crate::fault::markers::{park_state, prefetch_used, unpark_marker, Parked};
 use crate::fault::neighbours::Neighbour;
 use crate::fault::page_read::PageRead;
-use crate::fault::read_around::claim_around;
 use crate::fault::readahead::{Readahead, Window};
 use crate::fault::resolve::claim_for_prefetch;
 use crate::fault::signal::read_ahead::{ReadAheadRequests, Request};
@@ -70,62 +69,34 @@ impl<'a> Streams<'a> {
 
 impl RingHandler<'_> {
     /// Starts a demand read, with the window of the stream its page
-    /// continues, or else with the next page while misses come in pairs
-    /// and the pages that left DRAM with it while those are used.
+    /// continues, or else with the next page while misses come in pairs.
     pub(super) fn read_missing(&mut self, read: PageRead) {
         let page = read.page;
         let window = self.streams.on_miss(page);
-        let mut with = Vec::new();
-        if window.is_none() && self.streams.adaptive() {
-            with.extend(self.claim_neighbour(&read, self.rt.neighbours.on_miss(page)));
-            with.extend(claim_around(self.rt, &read));
+        let next = match window.is_none() && self.streams.adaptive() {
+            true => self.claim_neighbour(&read, self.rt.neighbours.on_miss(page)),
+            false => None,
+        };
+        // The demand read goes first, to the device and to the buffers.
+        match next {
+            Some(next) if self.rt.store().adjacent(read.slot, next.slot) => {
+                self.start(vec![read, next])
+            }
+            Some(next) => {
+                self.start(vec![read]);
+                self.start(vec![next]);
+            }
+            None => self.start(vec![read]),
         }
-        let next = with.iter().any(|r| r.neighbour);
-        self.start_with(read, with);
         if let Some(window) = window {
             self.count_passed(&window, page);
             self.prefetch(window);
         }
-        if next {
+        if next.is_some() {
             // The program will be at the neighbour without a miss there: a
             // scan whose every other page comes in as a neighbour must
             // still look like a stride of one to the streams.
             self.read_ahead(page + 1);
-        }
-    }
-
-    /// Starts `demand` with the pages claimed to go with it: each run of
-    /// adjacent slots is one request, and the demand's goes first, to the
-    /// device and to the buffers.
-    fn start_with(&mut self, demand: PageRead, mut with: Vec<PageRead>) {
-        if with.is_empty() {
-            self.start(vec![demand]);
-            return;
-        }
-        let demand_slot = demand.slot;
-        with.push(demand);
-        with.sort_unstable_by_key(|r| r.slot);
-        let mut runs: Vec<Vec<PageRead>> = Vec::new();
-        for read in with {
-            let store = self.rt.store();
-            match runs.last_mut() {
-                Some(run)
-                    if run
-                        .last()
-                        .is_some_and(|l| store.adjacent(l.slot, read.slot)) =>
-                {
-                    run.push(read)
-                }
-                _ => runs.push(vec![read]),
-            }
-        }
-        let first = runs
-            .iter()
-            .position(|run| run.iter().any(|r| r.slot == demand_slot))
-            .unwrap_or(0);
-        runs.swap(0, first);
-        for run in runs {
-            self.start(run);
         }
     }
 
