@@ -41,8 +41,14 @@ use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 /// tiermem bench-vm, say), then gives per class and mode: boot time (QEMU
 /// started to walker ready), pages/s over the checking passes, the walker's
 /// p50 and p99 time per page, QEMU's peak resident memory, the ratio to
-/// kernel swap, pages read from the device (tiermem's page-ins, the
-/// cgroup's major faults), pages checked and wrong words. With --live-change (the default), a Bronze
+/// kernel swap; then, over the checking passes alone, in the same terms
+/// for both modes: pages read from the device with their read-ahead (dev
+/// reads: tiermem's page-ins; kernel swap's swap-ins, pswpin of
+/// /proc/vmstat, its read-around of 2^vm.page-cluster slots included), the
+/// accesses that waited for the device (dev waits: tiermem's page-ins not
+/// read ahead; the cgroup's major faults) and the faults (tiermem's, each a
+/// round trip through a handler; the cgroup's, each resolved in the
+/// kernel); then pages checked and wrong words. With --live-change (the default), a Bronze
 /// guest under tiermem is made Gold with `tiermem ctl PID budget` after
 /// its first checking pass, and the time until the new budget is in
 /// effect and page-outs stop is reported. Then each target is checked:

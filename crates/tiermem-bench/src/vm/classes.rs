@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 
 use super::guest::{self, Accel, Event, GuestRun, GuestSpec};
 use super::initramfs::GuestImage;
-use super::outcome::{ClassRun, LiveChange, Outcome};
+use super::outcome::{CheckingCounters, ClassRun, LiveChange, Outcome};
 use super::plan::{AccelChoice, Class, Settings};
 use super::report;
 use crate::kernel_swap::{self, SandboxSpec, SwapSandbox};
@@ -145,6 +145,7 @@ fn run_class(
         error: None,
         tiermem_stats: None,
         cgroup: None,
+        checking: None,
     };
     let result = match mode {
         Mode::KernelSwap => under_kernel_swap(s, image, spec, budget, &mut out),
@@ -192,8 +193,18 @@ fn under_tiermem(
 ) -> anyhow::Result<GuestRun> {
     let stats = StatsFile::new(&s.backing);
     let cmd = tiered_qemu(s, image, spec, budget, &stats.path)?;
-    let run = guest::run(cmd, s.timeout, show_pass)?;
+    let mut stamped = None;
+    let run = guest::run(cmd, s.timeout, |pid, event| {
+        show_pass(pid, event);
+        if matches!(event, Event::Pass(p) if p.index == 0) {
+            stamped = ctl_stats(&s.tiermem, pid);
+        }
+    })?;
     out.tiermem_stats = stats.read();
+    out.checking = match (&stamped, &out.tiermem_stats) {
+        (Some(at), Some(end)) => CheckingCounters::of_tiermem(&at["stats"], &end["stats"]),
+        _ => None,
+    };
     Ok(run)
 }
 
@@ -233,17 +244,34 @@ fn under_kernel_swap(
     .context("setting up kernel swap")?;
     let mut cmd = guest::qemu_command(&s.qemu, image, spec);
     sandbox.configure_command(&mut cmd);
+    let mut stamped = None;
     let run = guest::run(cmd, s.timeout, |pid, event| {
         if *event == Event::Started {
             sandbox.adopt_child(pid as i32);
         }
         show_pass(pid, event);
+        if matches!(event, Event::Pass(p) if p.index == 0) {
+            stamped = sandbox.stats().ok();
+        }
     });
     out.cgroup = sandbox.stats().ok();
+    out.checking = match (&stamped, &out.cgroup) {
+        (Some(at), Some(end)) => CheckingCounters::of_kernel_swap(at, end),
+        _ => None,
+    };
     sandbox
         .cleanup()
         .context("removing the kernel-swap sandbox")?;
     run
+}
+
+/// The process's statistics now, through `tiermem ctl PID stats --json`.
+fn ctl_stats(tiermem: &Path, pid: u32) -> Option<serde_json::Value> {
+    let out = Command::new(tiermem)
+        .args(["ctl", &pid.to_string(), "stats", "--json"])
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
 }
 
 /// A file for tiermem's statistics at exit, removed on drop.
@@ -356,11 +384,7 @@ fn make_gold(tiermem: &Path, pid: u32, gold: u64) -> anyhow::Result<ChangeTimes>
 }
 
 fn budget_and_page_outs(tiermem: &Path, pid: u32) -> Option<(u64, u64)> {
-    let out = Command::new(tiermem)
-        .args(["ctl", &pid.to_string(), "stats", "--json"])
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let v = ctl_stats(tiermem, pid)?;
     let stats = &v["stats"];
     Some((
         stats["budget_bytes"].as_u64()?,

@@ -64,7 +64,7 @@ fn table(s: &Settings, o: &Outcome) -> String {
         t += &line;
     }
     t += &format!(
-        "{:<7} {:>10} {:<12} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>9} {:>9} {:>7}\n",
+        "{:<7} {:>10} {:<12} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7}\n",
         "class",
         "DRAM",
         "mode",
@@ -75,6 +75,8 @@ fn table(s: &Settings, o: &Outcome) -> String {
         "peak RSS",
         "vs ks",
         "dev reads",
+        "dev waits",
+        "faults",
         "checked",
         "wrong"
     );
@@ -104,8 +106,9 @@ fn row(r: &ClassRun, ratio: Option<f64>) -> String {
     let checking = g.passes.iter().filter(|p| p.index > 0);
     let p50 = checking.clone().map(|p| p.p50_ns).max().unwrap_or(0);
     let p99 = checking.map(|p| p.p99_ns).max().unwrap_or(0);
+    let [reads, waits, faults] = checking_columns(r);
     format!(
-        "{:<7} {:>10} {:<12} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>9} {:>9} {:>7}\n",
+        "{:<7} {:>10} {:<12} {:>7} {:>10} {:>8} {:>8} {:>11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7}\n",
         r.class.name(),
         human_bytes(r.budget_bytes),
         r.mode,
@@ -116,19 +119,21 @@ fn row(r: &ClassRun, ratio: Option<f64>) -> String {
         format!("{:.1}us", p99 as f64 / 1e3),
         human_bytes(g.peak_rss_bytes),
         ratio.map_or("-".into(), |x| format!("{x:.2}x")),
-        device_reads(r).map_or("-".into(), |n| n.to_string()),
+        reads,
+        waits,
+        faults,
         g.pages_checked,
         g.errors.map_or("?".into(), |e| e.to_string()),
     )
 }
 
-/// Pages read from the device: tiermem's page-ins, or the cgroup's major
-/// faults under kernel swap. Where the two modes differ in pages/s, this
-/// says whether the cause is how many pages were read or what each cost.
-fn device_reads(r: &ClassRun) -> Option<u64> {
-    match &r.tiermem_stats {
-        Some(stats) => stats["stats"]["page_ins"].as_u64(),
-        None => r.cgroup.as_ref().map(|c| c.pgmajfault),
+/// The checking passes' pages read from the device, their waits for it
+/// and their faults, in the same terms for both modes (see
+/// [`CheckingCounters`](super::outcome::CheckingCounters)), or "-".
+fn checking_columns(r: &ClassRun) -> [String; 3] {
+    match &r.checking {
+        Some(c) => [c.device_reads, c.device_waits, c.faults].map(|n| n.to_string()),
+        None => ["-", "-", "-"].map(String::from),
     }
 }
 
@@ -282,6 +287,7 @@ mod tests {
     use super::*;
     use crate::kernel_swap::CgroupStats;
     use crate::vm::guest::{Accel, GuestSpec, Order, Pass};
+    use crate::vm::outcome::CheckingCounters;
 
     fn guest(pages_per_second: f64) -> GuestRun {
         GuestRun {
@@ -307,6 +313,10 @@ mod tests {
             tiermem_stats: Some(json!({"stats": {"page_ins": 300, "policy": "clock",
                 "compression": "lz4", "io_engine": "io_uring"}})),
             cgroup: None,
+            checking: CheckingCounters::of_tiermem(
+                &json!({"page_ins": 100, "prefetch_issued": 40, "faults": 150}),
+                &json!({"page_ins": 400, "prefetch_issued": 160, "faults": 600}),
+            ),
         };
         let kernel_swap = ClassRun {
             class: Class::Silver,
@@ -319,6 +329,20 @@ mod tests {
                 pgmajfault: 200,
                 ..CgroupStats::default()
             }),
+            checking: CheckingCounters::of_kernel_swap(
+                &CgroupStats {
+                    pgmajfault: 50,
+                    pgfault: 70,
+                    pswpin: Some(60),
+                    ..CgroupStats::default()
+                },
+                &CgroupStats {
+                    pgmajfault: 250,
+                    pgfault: 330,
+                    pswpin: Some(900),
+                    ..CgroupStats::default()
+                },
+            ),
         };
         Outcome {
             spec: GuestSpec {
@@ -336,10 +360,16 @@ mod tests {
     }
 
     #[test]
-    fn device_reads_come_from_each_modes_own_counter() {
+    fn the_checking_passes_are_counted_alike_in_both_modes() {
         let o = outcome();
-        assert_eq!(device_reads(&o.runs[0]), Some(300));
-        assert_eq!(device_reads(&o.runs[1]), Some(200));
+        // tiermem: page-ins, those not read ahead, faults.
+        assert_eq!(checking_columns(&o.runs[0]), ["300", "180", "450"]);
+        // Kernel swap: swap-ins, major faults, faults.
+        assert_eq!(checking_columns(&o.runs[1]), ["840", "200", "260"]);
+        let mut no_counters = o.runs.into_iter().next().expect("a run");
+        no_counters.checking = None;
+        assert_eq!(checking_columns(&no_counters), ["-", "-", "-"]);
+        let o = outcome();
         assert_eq!(
             tiermem_settings(&o).as_deref(),
             Some("tiermem: policy clock, compression lz4, page reads io_uring\n")
