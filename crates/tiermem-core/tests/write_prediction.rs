@@ -75,3 +75,63 @@ fn pure_reads_are_never_predicted_as_writes() {
     assert_eq!(reads.predicted_writes, 0, "{reads:?}");
     assert_eq!(reads.wp_faults, 0, "{reads:?}");
 }
+
+/// Pages read ahead take the same prediction, from a score of their own: a
+/// scan that writes each page after reading it has its windows installed
+/// writable (one fault per window instead of a write fault per page), and
+/// a scan that only reads turns that off again. Every page is verified.
+#[test]
+fn read_ahead_windows_go_in_writable_while_their_pages_get_written() {
+    let rt = runtime_io(BUDGET, 4096, PolicyKind::Clock, IoSettings::default());
+    let base = rt.alloc(REGION).expect("alloc").as_ptr();
+    let stamped = Stamped::stamp(base, REGION);
+    let units = REGION / UNIT;
+    let scan = |write: bool| {
+        let before = rt.stats();
+        for unit in 0..units {
+            if write {
+                stamped.write(unit);
+            } else {
+                assert!(stamped.read_ok(unit), "unit {unit} lost");
+            }
+        }
+        let after = rt.stats();
+        let page_ins = after.page_ins - before.page_ins;
+        let prefetched = after.prefetch_issued - before.prefetch_issued;
+        let wp = after.wp_faults - before.wp_faults;
+        let predicted = after.predicted_writes - before.predicted_writes;
+        eprintln!(
+            "{} scan: {page_ins} page-ins ({prefetched} read ahead), {wp} write faults, \
+             {predicted} installed writable",
+            if write {
+                "read-modify-write"
+            } else {
+                "read-only"
+            }
+        );
+        assert!(
+            prefetched * 10 > page_ins * 9,
+            "a scan reads ahead: {after:?}"
+        );
+        (page_ins, wp, predicted)
+    };
+    // The first read-modify-write scan teaches the score; the second shows it.
+    scan(true);
+    let (page_ins, wp, predicted) = scan(true);
+    assert!(
+        wp * 10 < page_ins * 3,
+        "{wp} write faults for {page_ins} pages read ahead and then written"
+    );
+    assert!(
+        predicted * 2 > page_ins,
+        "{predicted} of {page_ins} writable"
+    );
+    // Two scans that only read: by the second, windows go in protected.
+    scan(false);
+    let (page_ins, _, predicted) = scan(false);
+    assert!(
+        predicted * 10 < page_ins,
+        "{predicted} of {page_ins} pages of a read-only scan installed writable"
+    );
+    stamped.verify().unwrap_or_else(|e| panic!("{e}"));
+}

@@ -56,7 +56,7 @@ pub(crate) fn finish_read_ahead_run(rt: &Shared, reads: &[PageRead], buf: *const
         return;
     };
     debug_assert!(reads.iter().enumerate().all(|(i, r)| r.prefetch
-        && !r.write
+        && r.write == first.write
         && r.group.is_none()
         && r.page == first.page + i as PageNo));
     count_page_ins(rt, reads.len() as u64);

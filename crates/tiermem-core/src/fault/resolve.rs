@@ -306,6 +306,7 @@ fn resolve_write_to_clean(rt: &Shared, page: PageNo) -> bool {
                 }
                 if state.is_prefetched() {
                     Counters::add(&rt.counters.prefetch_hits, 1);
+                    rt.read_ahead_writes.written_after_read();
                 }
                 finish_resident(rt, page, PageState::FREE.with_dirty(true), true);
                 return true;

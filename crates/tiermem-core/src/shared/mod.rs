@@ -74,6 +74,10 @@ pub(crate) struct Shared {
     pub written: Option<SegQueue<PageNo>>,
     /// Whether read faults should install their pages writable.
     pub write_prediction: WritePrediction,
+    /// Whether read-ahead windows should go in writable: the same score,
+    /// kept apart, of the pages read ahead and installed protected
+    /// (`fault::ring::streams`).
+    pub read_ahead_writes: WritePrediction,
     pub frames: FramePool,
     /// What faulting threads read pages with, under signal delivery.
     pub signal_slots: Option<SignalSlots>,
@@ -185,6 +189,7 @@ impl Shared {
             written: (config.organization.write_policy == WritePolicy::WriteThrough)
                 .then(SegQueue::new),
             write_prediction: WritePrediction::for_config(&config),
+            read_ahead_writes: WritePrediction::for_config(&config),
             frames,
             signal_slots: signals.then(|| SignalSlots::new(&config)).transpose()?,
             zero_run: Mapping::reserve_aligned(

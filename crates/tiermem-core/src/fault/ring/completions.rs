@@ -72,7 +72,10 @@ impl RingHandler<'_> {
         for i in 0..=reads.len() {
             let extends_run = reads.get(i).is_some_and(|r| {
                 let prev = &reads[i.max(1) - 1];
-                i > run_start && is_plain_read_ahead(r) && r.page == prev.page + 1
+                i > run_start
+                    && is_plain_read_ahead(r)
+                    && r.page == prev.page + 1
+                    && r.write == prev.write
             });
             if extends_run {
                 continue;
@@ -99,7 +102,11 @@ impl RingHandler<'_> {
         match reads {
             [] => {}
             [read] => finish_read(self.rt, read, self.buffer(first)),
-            _ if reads.iter().all(is_plain_read_ahead) => {
+            [first_read, ..]
+                if reads
+                    .iter()
+                    .all(|r| is_plain_read_ahead(r) && r.write == first_read.write) =>
+            {
                 finish_read_ahead_run(self.rt, reads, self.buffer(first))
             }
             _ => {
@@ -111,7 +118,9 @@ impl RingHandler<'_> {
     }
 }
 
-/// A read-ahead page that can be installed with its neighbours in one call.
+/// A read-ahead page that can be installed with its neighbours in one call
+/// (those of a run share their protection: a window goes in writable or
+/// protected as a whole).
 fn is_plain_read_ahead(read: &PageRead) -> bool {
-    read.prefetch && !read.write && !read.marker && read.group.is_none()
+    read.prefetch && !read.marker && read.group.is_none()
 }

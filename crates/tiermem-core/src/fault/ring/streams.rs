@@ -140,15 +140,17 @@ impl RingHandler<'_> {
     pub(super) fn read_run(&mut self, mut run: Vec<PageRead>, window: Window) {
         let pages = (self.rt.arena.len() / self.rt.page_size) as i64;
         let max_run = (MAX_RUN_BYTES / self.rt.page_size).clamp(1, self.buffer_used.len() / 2);
+        let writable = self.rt.read_ahead_writes.predicts_write();
         let mut runs = Vec::new();
         for k in 0..window.count as i64 {
             let q = window.start + k * window.stride;
             if !(0..pages).contains(&q) {
                 break;
             }
-            let Some(read) = claim_for_prefetch(self.rt, q as PageNo) else {
+            let Some(mut read) = claim_for_prefetch(self.rt, q as PageNo) else {
                 continue;
             };
+            predict_window_write(self.rt, &mut read, writable);
             let joins = run.last().is_some_and(|last| {
                 run.len() < max_run && self.rt.store().adjacent(last.slot, read.slot)
             });
@@ -276,6 +278,25 @@ impl RingHandler<'_> {
         } else {
             self.continue_stream(marker.page);
         }
+    }
+}
+
+/// A program that writes each page after reading it (a guest's memory
+/// being checked and restamped, a buffer updated in place) would take a
+/// write fault on every page read ahead for it, as a read fault's page
+/// does without write prediction. So windows go in writable and dirty
+/// while most pages read ahead and installed protected are written while
+/// resident ([`Shared::read_ahead_writes`], its own score: a scan that only
+/// reads turns it off within a few windows, whatever the demand faults
+/// do). While on, one window in eight still goes in protected, so the
+/// score follows the program.
+fn predict_window_write(rt: &Shared, read: &mut PageRead, writable: bool) {
+    if writable {
+        read.write = true;
+        read.predicted = true;
+        Counters::add(&rt.counters.predicted_writes, 1);
+    } else {
+        rt.read_ahead_writes.installed_protected();
     }
 }
 
