@@ -209,7 +209,7 @@ pub const SETTINGS: &[Setting] = &[
         flag_of: "",
         default: "on",
         value: "on",
-        doc: "write prediction: once most pages read in get written, read faults install pages writable (see [Design](#design)): `on`, `off`",
+        doc: "write prediction: once most pages read in get written, read faults (and, on a score of their own, read-ahead windows) install pages writable (see [Design](#design)): `on`, `off`",
         read_by_library: true,
     },
     Setting {

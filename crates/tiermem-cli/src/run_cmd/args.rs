@@ -147,7 +147,8 @@ Environment:
   TIERMEM_INCLUSION       inclusive or exclusive, as --inclusion.
   TIERMEM_READAHEAD       on/off: the adaptive read-ahead (when no --prefetch).
   TIERMEM_PREDICT_WRITES  on/off: once most pages read in get written, read
-                          faults install pages writable (default on).
+                          faults (and, on a score of their own, read-ahead
+                          windows) install pages writable (default on).
   TIERMEM_ENCRYPT         on/off: encryption at rest, as --encrypt (default off).
   TIERMEM_CHECKSUMS       on/off: a crc32c of every page, checked when it is
                           read back (default on; encryption replaces it).
