@@ -5,14 +5,14 @@
 //! The kernel reads 2^page-cluster slots around a faulting one (8 at the
 //! default of 3), which pays on a disk, where neighbours come nearly free
 //! with the seek. From a compressed tier each neighbour is a decompression
-//! into the swap cache, charged to the memory cgroup. On this project's
-//! machine (Linux 6.18, cgroup v1) `tiermem bench-redis --modes kernel-zswap`
-//! ended the same way in every run at the default: the cgroup filled with
-//! swap cache read from zswap (297 of 320 MiB, all on the active list,
-//! 34 MiB mapped) and its OOM killer ended redis-server. At 0 the same run
-//! finishes. So the compressed modes run at 0 unless told otherwise
-//! (`--page-cluster`); kernel-swap keeps the machine's setting, as swap on
-//! a disk is used.
+//! into the swap cache, charged to the memory cgroup. Under `tiermem
+//! bench-redis --modes kernel-zswap` at the default, on Linux 6.18 with
+//! cgroup v1, those neighbours fill the cgroup (297 of 320 MiB of swap
+//! cache, all on the active list, 34 MiB mapped) until its OOM killer ends
+//! redis-server; at 0 the run finishes (BENCHMARKS.md, "Redis with
+//! compressible values"). So the compressed modes run at 0 unless told
+//! otherwise (`--page-cluster`); kernel-swap keeps the machine's setting,
+//! as swap on a disk is used.
 
 use std::path::Path;
 
