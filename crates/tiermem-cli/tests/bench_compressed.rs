@@ -4,9 +4,12 @@
 //! with no swap left on. One test in its own binary, as the modes refuse
 //! to run while another test's swapfile is on.
 
+mod redis_tools;
 mod timed;
 
 use std::path::Path;
+
+use redis_tools::redis_available;
 
 const ZSWAP: &str = "/sys/module/zswap/parameters";
 const ZRAM: &str = "/sys/block/zram0";
@@ -179,12 +182,11 @@ fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
     ]) else {
         return;
     };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() && stderr.contains("steps of 1%") {
-        eprintln!("skipped: this machine's memory is too large for a 512M budget: {stderr}");
+    if budget_too_small_for_this_machine(&out, "512M") {
         return;
     }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed: {stdout}\n{stderr}");
     let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
     let results = json["results"].as_array().unwrap();
@@ -196,44 +198,18 @@ fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
     assert_eq!(v["lost"].as_u64(), Some(0), "{v}");
     assert_eq!(v["corrupted"].as_u64(), Some(0), "{v}");
     let notes = zswap["notes"].to_string();
-    let split = notes
-        .split("pool in budget: zswap's pool at most ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no split in the notes: {notes}"));
-    let percent: u64 = split.split('%').next().unwrap().parse().unwrap();
-    let cap = ram_bytes() / 100 * percent;
+    let percent = percent_after(&notes, "pool in budget: zswap's pool at most ");
     let pool = zswap["counters"]["zswap_pool_total_size"]
         .as_f64()
         .unwrap_or(0.0);
-    assert!(pool > 0.0, "zswap stored nothing: {zswap}");
-    // zswap stops storing once past its cap, by at most a few pages.
-    assert!(
-        pool <= cap as f64 * 1.02,
-        "pool of {pool} bytes past its cap of {cap}: {zswap}"
-    );
+    assert_within_zswap_cap(pool, percent, zswap);
     let tiermem = results.iter().find(|r| r["mode"] == "tiermem").unwrap();
     let tier_notes = tiermem["notes"].to_string();
-    let share = split.split("tiermem's pool at most ").nth(1).unwrap();
-    let share = share.split('%').next().unwrap();
+    let share = percent_after(&notes, "tiermem's pool at most ");
     assert!(
         tier_notes.contains(&format!("at most {share}% of the budget")),
         "tiermem's share is not zswap's: {tier_notes} / {notes}"
     );
-}
-
-/// redis-server and redis-benchmark in PATH; in CI their absence fails.
-fn redis_available() -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = |name: &str| std::env::split_paths(&path).any(|d| d.join(name).is_file());
-    if found("redis-server") && found("redis-benchmark") {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "redis-server or redis-benchmark not in PATH, and CI is set"
-    );
-    eprintln!("skipped: redis-server or redis-benchmark not in PATH");
-    false
 }
 
 /// `bench-redis --modes tiermem,kernel-zswap --pool-in-budget` with text
@@ -258,12 +234,11 @@ fn bench_redis_with_zswaps_pool_in_budget_keeps_every_key_and_gives_tiermem_the_
     }) else {
         return;
     };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() && stderr.contains("steps of 1%") {
-        eprintln!("skipped: this machine's memory is too large for a 288M budget: {stderr}");
+    if budget_too_small_for_this_machine(&out, "288M") {
         return;
     }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
         "bench-redis failed: {stdout}\n{stderr}"
@@ -287,18 +262,8 @@ fn bench_redis_with_zswaps_pool_in_budget_keeps_every_key_and_gives_tiermem_the_
     let zswap = mode("kernel-zswap");
     let notes = zswap["notes"].to_string();
     assert!(notes.contains("vm.page-cluster 0"), "{notes}");
-    let percent: u64 = notes
-        .split("zswap's pool at most ")
-        .nth(1)
-        .and_then(|rest| rest.split('%').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no split in the notes: {notes}"));
-    let share = notes
-        .split("tiermem's pool at most ")
-        .nth(1)
-        .and_then(|rest| rest.split('%').next())
-        .and_then(|p| p.parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no tiermem share in the notes: {notes}"));
+    let percent = percent_after(&notes, "zswap's pool at most ");
+    let share = percent_after(&notes, "tiermem's pool at most ");
     assert!(
         share > 50,
         "the split should give tiermem more than its default: {notes}"
@@ -337,11 +302,39 @@ fn bench_redis_with_zswaps_pool_in_budget_keeps_every_key_and_gives_tiermem_the_
     let pool = zswap["run"]["compressed"]["zswap_pool_total_size"]
         .as_f64()
         .unwrap_or(0.0);
-    assert!(pool > 0.0, "zswap stored nothing: {zswap}");
+    assert_within_zswap_cap(pool, percent, zswap);
+}
+
+/// The whole percent that follows `marker` in a run's notes, as in "zswap's
+/// pool at most 1% of ..." or "tiermem's pool at most 75% of ...".
+fn percent_after(notes: &str, marker: &str) -> u64 {
+    notes
+        .split(marker)
+        .nth(1)
+        .and_then(|rest| rest.split('%').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no {marker:?} in the notes: {notes}"))
+}
+
+/// Whether the run was refused because zswap's 1% steps of this machine's
+/// memory do not fit `budget`: then the test cannot run here.
+fn budget_too_small_for_this_machine(out: &std::process::Output, budget: &str) -> bool {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let refused = !out.status.success() && stderr.contains("steps of 1%");
+    if refused {
+        eprintln!("skipped: this machine's memory is too large for a {budget} budget: {stderr}");
+    }
+    refused
+}
+
+/// zswap stops storing once past its cap, `percent` of the machine's
+/// memory, by at most a few pages.
+fn assert_within_zswap_cap(pool_bytes: f64, percent: u64, run: &serde_json::Value) {
+    assert!(pool_bytes > 0.0, "zswap stored nothing: {run}");
     let cap = ram_bytes() / 100 * percent;
     assert!(
-        pool <= cap as f64 * 1.02,
-        "zswap's pool of {pool} bytes past its cap of {cap}: {zswap}"
+        pool_bytes <= cap as f64 * 1.02,
+        "zswap's pool of {pool_bytes} bytes past its cap of {cap}: {run}"
     );
 }
 

@@ -2,9 +2,12 @@
 //! modes, JSON output, no lost keys. Needs redis-server and redis-benchmark;
 //! skipped without them unless CI is set.
 
+mod redis_tools;
 mod timed;
 
 use std::process::Command;
+
+use redis_tools::redis_available;
 
 #[path = "../../../tests/support/libtiermem.rs"]
 mod libtiermem;
@@ -12,30 +15,6 @@ mod libtiermem;
 /// Every run under timeout(1), so that a hang fails the test.
 fn tiermem() -> Command {
     timed::tiermem_within(900)
-}
-
-fn in_path(name: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|d| d.join(name).is_file())
-}
-
-/// False (with a message) when Redis is missing outside CI; panics in CI.
-fn redis_available() -> bool {
-    let missing: Vec<&str> = ["redis-server", "redis-benchmark"]
-        .into_iter()
-        .filter(|n| !in_path(n))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{} not found in PATH, and CI is set", missing.join(", "));
-    }
-    eprintln!(
-        "skipping: {} not found in PATH (install redis-server and redis-tools)",
-        missing.join(", ")
-    );
-    false
 }
 
 /// Runs bench-redis on 64 MiB in 16 MiB with 2,000 requests and `extra`

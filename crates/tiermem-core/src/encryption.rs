@@ -200,7 +200,7 @@ impl Drop for PageCipher {
     }
 }
 
-fn keys_len() -> usize {
+pub(crate) fn keys_len() -> usize {
     (MAX_KEYS * size_of::<LessSafeKey>() + KEY_BYTES).next_multiple_of(4096)
 }
 

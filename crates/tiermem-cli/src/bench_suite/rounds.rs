@@ -126,9 +126,13 @@ pub fn render(rounds: &[Vec<CaseRun>]) -> String {
          read)\n\n",
         rounds.len()
     );
-    out += &format!(
-        "{:<34} {:>22} {:>8} {:>9} {:>7}   each round\n",
-        "workload", "target", "median", "met in", "verdict"
+    out += &row(
+        "workload",
+        "target",
+        "median",
+        "met in",
+        "verdict",
+        "each round",
     );
     for s in &summaries {
         let (met, of) = s.rounds_met();
@@ -137,14 +141,13 @@ pub fn render(rounds: &[Vec<CaseRun>]) -> String {
             .iter()
             .map(|r| figure_text(s.target, r.figure))
             .collect();
-        out += &format!(
-            "{:<34} {:>22} {:>8} {:>9} {:>7}   {}\n",
+        out += &row(
             s.name,
-            s.target.describe(),
-            figure_text(s.target, s.median_figure()),
-            format!("{met}/{of}"),
+            &s.target.describe(),
+            &figure_text(s.target, s.median_figure()),
+            &format!("{met}/{of}"),
             verdict(s.met()),
-            each.join(" "),
+            &each.join(" "),
         );
         if matches!(s.target, Target::SpeedupAndHitRatio(_)) {
             let margins: Vec<String> = s
@@ -152,14 +155,13 @@ pub fn render(rounds: &[Vec<CaseRun>]) -> String {
                 .iter()
                 .map(|r| or_dash(r.hit_margin, points))
                 .collect();
-            out += &format!(
-                "{:<34} {:>22} {:>8} {:>9} {:>7}   {}\n",
+            out += &row(
                 "  hit ratio, tiermem - kernel swap",
                 ">= 0",
-                or_dash(s.median_hit_margin(), points),
+                &or_dash(s.median_hit_margin(), points),
                 "",
                 "",
-                margins.join(" "),
+                &margins.join(" "),
             );
         }
     }
@@ -170,14 +172,13 @@ pub fn render(rounds: &[Vec<CaseRun>]) -> String {
         .flatten()
         .filter(|&&r| r >= FIRST_TOUCH_TARGET)
         .count();
-    out += &format!(
-        "{:<34} {:>22} {:>8} {:>9} {:>7}   {}\n",
+    out += &row(
         "first touch (every case)",
-        format!(">= {FIRST_TOUCH_TARGET:.1}x"),
-        or_dash(ft_median, ratio),
-        format!("{ft_met}/{}", ft.iter().flatten().count()),
+        &format!(">= {FIRST_TOUCH_TARGET:.1}x"),
+        &or_dash(ft_median, ratio),
+        &format!("{ft_met}/{}", ft.iter().flatten().count()),
         verdict(ft_median.map(|r| r >= FIRST_TOUCH_TARGET)),
-        ft.iter()
+        &ft.iter()
             .map(|r| or_dash(*r, ratio))
             .collect::<Vec<_>>()
             .join(" "),
@@ -211,6 +212,11 @@ pub fn render(rounds: &[Vec<CaseRun>]) -> String {
         if bad == 0 { "" } else { "  <-- DATA LOSS" }
     );
     out
+}
+
+/// One line of the summary table: its columns, then each round's figure.
+fn row(name: &str, target: &str, median: &str, met_in: &str, verdict: &str, each: &str) -> String {
+    format!("{name:<34} {target:>22} {median:>8} {met_in:>9} {verdict:>7}   {each}\n")
 }
 
 /// A hit-ratio difference in percentage points, signed.
@@ -305,5 +311,28 @@ mod tests {
         assert_eq!(s.rounds_met(), (1, 1));
         assert_eq!(s.met(), Some(true));
         assert_eq!(figure_text(s.target, Some(0.9)), share_percent(0.9));
+    }
+
+    #[test]
+    fn the_summary_names_every_case_in_aligned_columns() {
+        let text = render(&[Vec::new(), Vec::new()]);
+        assert!(text.contains("summary of 2 rounds"), "{text}");
+        let header = text
+            .lines()
+            .find(|l| l.starts_with("workload"))
+            .unwrap_or_else(|| panic!("no header in {text}"));
+        let each_at = header
+            .find("each round")
+            .unwrap_or_else(|| panic!("no `each round` column in {header:?}"));
+        // With no figures a row is its columns alone, ending where the
+        // rounds' figures start.
+        for case in CASES {
+            let row = text
+                .lines()
+                .find(|l| l.starts_with(case.name))
+                .unwrap_or_else(|| panic!("no row for {} in {text}", case.name));
+            assert_eq!(row.len(), each_at, "{row:?} against {header:?}");
+        }
+        assert!(text.contains("first touch (every case)"), "{text}");
     }
 }

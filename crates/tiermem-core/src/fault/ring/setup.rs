@@ -16,7 +16,8 @@ use crate::shared::Shared;
 const BUFFER_BYTES: usize = 2 << 20;
 
 /// Page-sized read buffers per ring handler: one per queue slot, and room
-/// for read-ahead windows (two at most, `BUFFER_BYTES` in all).
+/// for read-ahead windows, `BUFFER_BYTES` in all (two windows at most; one
+/// of the largest at 4 KiB pages).
 pub(super) fn buffer_pages(rt: &Shared) -> usize {
     pages_for(rt.page_size, rt.config.io.depth)
 }
@@ -82,4 +83,26 @@ fn note_no_device_polling(rt: &Shared, poll: PollMode) {
             poll.name()
         )
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An unprivileged user's default `RLIMIT_MEMLOCK` (8 MiB) holds the
+    /// registered buffers of two handlers (one per vCPU on a two-vCPU
+    /// machine) and `--encrypt`'s locked keys, at 4 KiB pages.
+    #[test]
+    fn two_handlers_and_the_keys_fit_the_default_memlock_limit() {
+        let two_handlers = 2 * default_buffer_bytes(4096);
+        let keys = crate::encryption::keys_len() as u64;
+        assert!(
+            two_handlers + keys <= 8 << 20,
+            "{two_handlers} bytes of buffers and {keys} of keys pass 8 MiB"
+        );
+        // At 4 KiB pages the cap, not two windows, sizes them: one window
+        // of the largest size at a time.
+        assert_eq!(default_buffer_bytes(4096), BUFFER_BYTES as u64);
+        assert_eq!(BUFFER_BYTES as u64, max_window_pages(4096) * 4096);
+    }
 }
