@@ -22,6 +22,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use crate::kernel_swap::{self, SandboxSpec, SwapSandbox};
+use crate::page_data::PageData;
 use crate::result::Mode;
 use crate::saved_settings::STATE_DIR;
 use crate::swap_readahead;
@@ -36,8 +37,12 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 pub struct CompressedOptions {
     pub zswap: ZswapOptions,
     pub zram: ZramOptions,
-    /// kernel-zswap's pool counted against the budget (`--pool-in-budget`).
+    /// The compressed kernel modes' pools counted against the budget
+    /// (`--pool-in-budget`).
     pub pool_in_budget: Option<zswap::PoolInBudget>,
+    /// What the pages hold, when it is known before the run (`tiermem
+    /// bench`): zram's device is sized from it under `pool_in_budget`.
+    pub page_data: Option<PageData>,
     /// `vm.page-cluster` for the run (`--page-cluster`); `None` keeps the
     /// machine's (see `swap_readahead`).
     pub page_cluster: Option<u32>,
@@ -157,10 +162,23 @@ fn create_tier(
             let sysfs = PathBuf::from(zram::SYSFS);
             let device = PathBuf::from(zram::DEVICE);
             zram::check_free(&sysfs, &device, &swaps)?;
-            let disksize = options
-                .zram
-                .disksize
-                .unwrap_or_else(|| zram::default_disksize(working_set_bytes));
+            let mut spec = SandboxSpec {
+                swap_device: Some((device.clone(), zram::SWAP_PRIORITY)),
+                ..base.clone()
+            };
+            let disksize = match &options.pool_in_budget {
+                Some(split) => {
+                    let (disksize, note) = zram_within_pool(split, options, working_set_bytes)?;
+                    spec.memory_limit_bytes = split.cgroup_limit_bytes;
+                    spec.overflow_swapfile_bytes = Some(base.swap_bytes);
+                    notes.push(note);
+                    disksize
+                }
+                None => options
+                    .zram
+                    .disksize
+                    .unwrap_or_else(|| zram::default_disksize(working_set_bytes)),
+            };
             let guard = Arc::new(zram::prepare(
                 &sysfs,
                 &device,
@@ -168,18 +186,15 @@ fn create_tier(
                 &options.zram,
                 disksize,
             )?);
-            let spec = SandboxSpec {
-                swap_bytes: disksize,
-                swap_device: Some((device, zram::SWAP_PRIORITY)),
-                ..base.clone()
-            };
             // On failure the guard, dropped here, resets the device.
             let sandbox = SwapSandbox::create(&spec)?;
             sandbox.add_restore(guard);
-            notes.push(format!(
-                "zram device of {} MiB (uncompressed)",
-                disksize >> 20
-            ));
+            if options.pool_in_budget.is_none() {
+                notes.push(format!(
+                    "zram device of {} MiB (uncompressed)",
+                    disksize >> 20
+                ));
+            }
             Ok(CompressedSwap {
                 sandbox,
                 tier: Tier::Zram {
@@ -191,6 +206,43 @@ fn create_tier(
         }
         other => bail!("{} is not a compressed mode", other.name()),
     }
+}
+
+/// zram's size under `--pool-in-budget`, and the note that explains it:
+/// the device is sized so that its pool, at the memory a page of the run's
+/// data takes, fills at the pool's cap; a swapfile behind it takes the rest.
+fn zram_within_pool(
+    split: &zswap::PoolInBudget,
+    options: &CompressedOptions,
+    working_set_bytes: u64,
+) -> anyhow::Result<(u64, String)> {
+    let Some(data) = options.page_data else {
+        bail!(
+            "--pool-in-budget with kernel-zram needs page contents known before the run, to \
+             size zram so that its pool fills at the cap: tiermem bench has them, \
+             bench-redis does not"
+        );
+    };
+    if options.zram.disksize.is_some() {
+        bail!("--pool-in-budget sizes zram itself: leave out --zram-size");
+    }
+    let per_page = zram::estimated_pool_bytes_per_page(data);
+    let disksize = zram::disksize_for_pool(
+        split.pool_cap_bytes,
+        per_page,
+        zram::default_disksize(working_set_bytes),
+    );
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let note = format!(
+        "pool in budget: the cgroup limited to {:.1} MiB; zram sized to {:.1} MiB so that \
+         its pool, at an estimated {per_page:.0} bytes per page of {data} data, fills at \
+         the {:.1} MiB cap; a swapfile behind it, at a lower priority, takes the pages \
+         beyond (zram's mem_used_max says how close it came)",
+        mib(split.cgroup_limit_bytes),
+        mib(disksize),
+        mib(split.pool_cap_bytes),
+    );
+    Ok((disksize, note))
 }
 
 /// One reading of a tier's statistics.

@@ -95,6 +95,7 @@ fn run_mode(
                     + (256 << 20),
                 swap_dir,
                 swap_device: None,
+                overflow_swapfile_bytes: None,
             };
             let sb = if mode == Mode::KernelSwap {
                 SwapSandbox::create(&spec)?

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+use crate::page_data::PageData;
 use crate::saved_settings::{choices, read_setting, write_setting, Kind, SettingsGuard};
 
 /// The zram device's sysfs directory and its block device.
@@ -42,6 +43,58 @@ impl Default for ZramOptions {
 /// uncompressed size zram accepts (its memory use is what compresses).
 pub fn default_disksize(working_set_bytes: u64) -> u64 {
     working_set_bytes + working_set_bytes / 4
+}
+
+/// zsmalloc's size classes step by 16 bytes for 4 KiB pages.
+const ZSMALLOC_CLASS_STEP: u64 = 16;
+/// zram stores a page whose compressed size reaches zsmalloc's largest
+/// class below a page (3,264 bytes for 4 KiB pages) as it is.
+const HUGE_FROM_BYTES: u64 = 3264;
+/// Pages compressed to estimate zram's memory per page.
+const SAMPLE_PAGES: u64 = 512;
+/// The estimate is held this far below the cap, so that zram's pool ends
+/// under it even where the kernel's LZ4 does a little worse than lz4_flex.
+const CAP_MARGIN: f64 = 0.95;
+
+/// What zram's pool takes for a 4 KiB page of `data` as the bench worker
+/// writes it (a stamp in its first, second and last words): the LZ4 block
+/// size rounded up to zsmalloc's class, or a whole page when zram would
+/// store it as it is. The mean over pages spread across the working set.
+pub fn estimated_pool_bytes_per_page(data: PageData) -> f64 {
+    const WORDS: usize = 512;
+    let mut total = 0u64;
+    let stride = 1_000_003u64;
+    for n in 0..SAMPLE_PAGES {
+        let page = n * stride;
+        let mut bytes = Vec::with_capacity(WORDS * 8);
+        for i in 0..WORDS {
+            let word = match i {
+                0 | 511 => crate::mix::splitmix64(page) | 1,
+                1 => 1,
+                _ => data.word(page, i),
+            };
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        let compressed = lz4_flex::block::compress(&bytes).len() as u64;
+        total += if compressed >= HUGE_FROM_BYTES {
+            bytes.len() as u64
+        } else {
+            compressed.div_ceil(ZSMALLOC_CLASS_STEP) * ZSMALLOC_CLASS_STEP
+        };
+    }
+    total as f64 / SAMPLE_PAGES as f64
+}
+
+/// The device size at which zram's pool, at `bytes_per_page` of memory
+/// per 4 KiB page stored, stays within `pool_cap_bytes` (less a margin),
+/// at most `largest`: zram has no cap that passes pages on to a slower
+/// swap area (its `mem_limit` fails the writes beyond it), but a full
+/// device does, to the next swap area by priority.
+pub fn disksize_for_pool(pool_cap_bytes: u64, bytes_per_page: f64, largest: u64) -> u64 {
+    const PAGE: u64 = 4096;
+    let pages = pool_cap_bytes as f64 * CAP_MARGIN / bytes_per_page.max(1.0);
+    let bytes = (pages as u64).saturating_mul(PAGE);
+    bytes.min(largest) / PAGE * PAGE
 }
 
 /// Why the device cannot be used now, or `Ok`: missing, or in use (sized,
@@ -225,6 +278,34 @@ mod tests {
         assert!(s.describe("lz4").contains("ratio 2.00x"));
         assert!(MmStat::parse("1 2 3").is_err());
         assert!(MmStat::parse("1 2 x 4 5 6 7").is_err());
+    }
+
+    #[test]
+    fn the_pool_estimate_follows_the_data_and_sizes_the_device_within_the_cap() {
+        let random = estimated_pool_bytes_per_page(PageData::Random);
+        let text = estimated_pool_bytes_per_page(PageData::Text);
+        let zero = estimated_pool_bytes_per_page(PageData::Zero);
+        assert_eq!(random, 4096.0, "random pages are stored as they are");
+        assert!((1000.0..2500.0).contains(&text), "text: {text}");
+        assert!(
+            zero <= 64.0 && zero > 0.0,
+            "zero pages with a stamp: {zero}"
+        );
+        let mixed = estimated_pool_bytes_per_page(PageData::Mixed);
+        assert!(mixed > text && mixed < random, "mixed: {mixed}");
+
+        let cap = 100 << 20;
+        let size = disksize_for_pool(cap, random, 1 << 40);
+        assert_eq!(size, (cap as f64 * CAP_MARGIN) as u64 / 4096 * 4096);
+        let size = disksize_for_pool(cap, text, 1 << 40);
+        let pool = size as f64 / 4096.0 * text;
+        assert!(pool <= cap as f64 && pool > 0.9 * cap as f64, "{pool}");
+        assert_eq!(
+            disksize_for_pool(cap, zero, 64 << 20),
+            64 << 20,
+            "capped by the largest"
+        );
+        assert_eq!(disksize_for_pool(cap, 0.0, 1 << 40) % 4096, 0);
     }
 
     #[test]

@@ -73,6 +73,7 @@ fn spec(limit_mib: u64, swap_mib: u64, dir: &Path) -> SandboxSpec {
         swap_bytes: swap_mib * MIB,
         swap_dir: dir.to_path_buf(),
         swap_device: None,
+        overflow_swapfile_bytes: None,
     }
 }
 
@@ -331,6 +332,114 @@ fn worker_in_the_sandbox_swaps_beyond_the_limit_and_cleanup_removes_everything()
     assert!(child.wait().is_err(), "cleanup did not reap the hog");
     assert!(sandbox.stats().is_err());
     sandbox.cleanup().expect("a second cleanup is a no-op");
+}
+
+/// A loop device over a file in a scratch directory, detached and deleted
+/// on drop: a swap device that is not zram, so the test leaves zram0 alone.
+struct LoopDevice {
+    device: PathBuf,
+    file: PathBuf,
+}
+
+impl LoopDevice {
+    fn new(dir: &Path, mib: u64) -> Option<LoopDevice> {
+        let file = dir.join("loop-backing");
+        let f = std::fs::File::create(&file).expect("creating the loop device's file");
+        f.set_len(mib * MIB).expect("sizing the loop device's file");
+        drop(f);
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&file)
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Some(LoopDevice {
+                device: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
+                file,
+            }),
+            other => {
+                eprintln!("skipped: no loop device: {other:?}");
+                let _ = std::fs::remove_file(&file);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        if is_active_swap(&self.device) {
+            eprintln!("{} is still swap: not detaching it", self.device.display());
+            return;
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// KiB in use on each active swap area (/proc/swaps' "Used").
+fn swap_used_kib(path: &Path) -> u64 {
+    std::fs::read_to_string("/proc/swaps")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first().is_some_and(|p| Path::new(p) == path))
+        .and_then(|f| f.get(3).and_then(|u| u.parse().ok()))
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_overflow_swapfile_behind_a_full_device_takes_the_rest_and_goes_with_the_sandbox() {
+    let _serial = serial();
+    if !available() {
+        return;
+    }
+    let dir = ScratchDir::new("overflow");
+    let Some(device) = LoopDevice::new(dir.path(), 16) else {
+        return;
+    };
+    let spec = SandboxSpec {
+        swap_device: Some((device.device.clone(), 100)),
+        overflow_swapfile_bytes: Some(128 * MIB),
+        ..spec(32, 16, dir.path())
+    };
+    let mut sandbox = SwapSandbox::create(&spec).expect("creating");
+    let cgroup = sandbox.cgroup_path().to_path_buf();
+    let overflow = sandbox
+        .overflow_swapfile_path()
+        .expect("an overflow swapfile")
+        .to_path_buf();
+    assert!(overflow.starts_with(dir.path()), "{overflow:?}");
+    assert!(is_active_swap(&device.device) && is_active_swap(&overflow));
+
+    let mut cmd = helper("hog");
+    cmd.env(HOG_MIB_ENV, "96")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    sandbox.configure_command(&mut cmd);
+    let mut child = cmd.spawn().expect("spawning the hog");
+    sandbox.adopt_child(child.id() as i32);
+    let lines = line_reader(child.stdout.take().expect("hog stdout"));
+    let ready = lines.iter().any(|l| l.ends_with("HOG-READY"));
+    assert!(ready, "the hog never got ready");
+    // 96 MiB in 32: the 16 MiB device is full and the swapfile holds the rest.
+    let on_device = swap_used_kib(&device.device);
+    let on_overflow = swap_used_kib(&overflow);
+    eprintln!("in swap: device {on_device} KiB, overflow {on_overflow} KiB");
+    assert!(
+        on_device >= 15 * 1024,
+        "the device is not full: {on_device} KiB"
+    );
+    assert!(on_overflow > 0, "nothing went to the overflow swapfile");
+
+    sandbox.cleanup().expect("cleanup");
+    assert!(!cgroup.exists(), "cgroup {} still exists", cgroup.display());
+    assert!(!is_active_swap(&device.device), "the device is still swap");
+    assert!(!is_active_swap(&overflow), "the overflow is still swap");
+    assert!(
+        std::fs::symlink_metadata(&overflow).is_err(),
+        "{overflow:?} still exists"
+    );
 }
 
 #[test]

@@ -43,16 +43,21 @@ pub struct CompressedArgs {
     /// the machine's setting.
     #[arg(long, value_name = "N|keep", default_value = "0")]
     page_cluster: String,
-    /// kernel-zswap: count zswap's pool against --dram, as tiermem's pool
-    /// is. Under the cgroup v1 memory controller zswap's pool is charged to
-    /// no cgroup, so by default kernel-zswap has the whole budget for
-    /// resident pages plus its pool. With this flag the pool is capped at
-    /// tiermem's share of the budget (TIERMEM_COMPRESS_SHARE; for bench
-    /// also --compress-share) and the cgroup's limit is the rest; zswap
-    /// caps its pool in whole percents of the machine's memory, so the cap
-    /// is the percent nearest the share, and tiermem's share follows it
-    /// (the report says both). Needs kernel-zswap in --modes; conflicts
-    /// with --zswap-max-pool-percent.
+    /// kernel-zswap and kernel-zram: count the kernel's pool against
+    /// --dram, as tiermem's pool is. Under the cgroup v1 memory controller
+    /// zswap's and zram's pools are charged to no cgroup, so by default
+    /// they have the whole budget for resident pages plus their pool. With
+    /// this flag the pool is capped at tiermem's share of the budget
+    /// (TIERMEM_COMPRESS_SHARE; for bench also --compress-share) and the
+    /// cgroup's limit is the rest. zswap caps its pool in whole percents of
+    /// the machine's memory, so the cap is the percent nearest the share,
+    /// and tiermem's share follows it (the report says both). zram has no
+    /// cap that passes pages on, so bench sizes the device for its pool to
+    /// fill at the cap (from LZ4 on a sample of --data's pages) and puts a
+    /// swapfile behind it at a lower priority, as zram is deployed in front
+    /// of a disk; its mem_used_max says how close it came. Needs
+    /// kernel-zswap or kernel-zram in --modes (bench-redis: kernel-zswap
+    /// only); conflicts with --zswap-max-pool-percent and --zram-size.
     #[arg(long, conflicts_with = "zswap_max_pool_percent")]
     pub pool_in_budget: bool,
 }
@@ -73,30 +78,39 @@ impl CompressedArgs {
                 disksize,
             },
             pool_in_budget: None,
+            page_data: None,
             page_cluster: swap_readahead::parse(&self.page_cluster)?,
         })
     }
 
     /// `--pool-in-budget`'s split of `budget`, checked against `modes`;
     /// `share` is tiermem's pool share as asked (a percent or auto).
+    /// `zram_sizable`: whether the caller knows the page contents before
+    /// the run, which sizing zram within the cap needs.
     pub fn pool_in_budget(
         &self,
         modes: &[Mode],
         share: &str,
         budget: u64,
+        zram_sizable: bool,
     ) -> anyhow::Result<Option<PoolInBudget>> {
         if !self.pool_in_budget {
             return Ok(None);
         }
         anyhow::ensure!(
-            modes.contains(&Mode::KernelZswap),
-            "--pool-in-budget applies to kernel-zswap: add it to --modes"
+            modes.contains(&Mode::KernelZswap) || modes.contains(&Mode::KernelZram),
+            "--pool-in-budget applies to kernel-zswap and kernel-zram: add one to --modes"
         );
         anyhow::ensure!(
-            !modes.contains(&Mode::KernelZram),
-            "--pool-in-budget does not apply to kernel-zram: zram's only cap on its memory \
-             (mem_limit) fails the swap-outs beyond it instead of passing them to a slower swap \
-             area, so its pool cannot be held to a share of the budget; run kernel-zram alone"
+            zram_sizable || !modes.contains(&Mode::KernelZram),
+            "--pool-in-budget with kernel-zram: zram's only cap on its memory (mem_limit) \
+             fails the swap-outs beyond it, so the bench sizes the device for its pool to fill \
+             at the cap, which needs the page contents before the run; tiermem bench has them, \
+             bench-redis does not: run kernel-zram here without --pool-in-budget"
+        );
+        anyhow::ensure!(
+            self.zram_size.is_none() || !modes.contains(&Mode::KernelZram),
+            "--pool-in-budget sizes zram itself: leave out --zram-size"
         );
         // zswap's pool cap is fixed, so tiermem's share is too: the share
         // asked for, or where an adapting one starts.

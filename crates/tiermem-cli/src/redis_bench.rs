@@ -150,7 +150,7 @@ fn compressed_options(args: &RedisBenchArgs) -> anyhow::Result<CompressedOptions
     Ok(CompressedOptions {
         pool_in_budget: args
             .compressed
-            .pool_in_budget(&args.modes, &share, budget)?,
+            .pool_in_budget(&args.modes, &share, budget, false)?,
         ..options
     })
 }

@@ -366,11 +366,17 @@ fn bad_flags_are_refused_clearly() {
         ),
         (
             &["--pool-in-budget"],
-            &["--pool-in-budget", "add it to --modes"],
+            &["--pool-in-budget", "add one to --modes"],
         ),
         (
-            &["--pool-in-budget", "--modes", "kernel-zswap,kernel-zram"],
-            &["kernel-zram", "mem_limit"],
+            &[
+                "--pool-in-budget",
+                "--modes",
+                "kernel-zram",
+                "--zram-size",
+                "1G",
+            ],
+            &["--pool-in-budget sizes zram itself", "--zram-size"],
         ),
         (
             &[

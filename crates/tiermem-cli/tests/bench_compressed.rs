@@ -212,6 +212,62 @@ fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
     );
 }
 
+/// zram under `--pool-in-budget`: sized so that its pool fills at the cap,
+/// with a swapfile behind it that takes the pages beyond; every page of
+/// the working set comes back intact.
+#[test]
+fn pool_in_budget_fills_zram_to_the_cap_and_passes_the_rest_to_a_swapfile() {
+    let Some(out) = bench_leaving_the_machine_as_it_was(&[
+        "--modes",
+        "kernel-zram",
+        "--pool-in-budget",
+        "--data",
+        "text",
+        "--working-set",
+        "1536M",
+        "--dram",
+        "512M",
+    ]) else {
+        return;
+    };
+    if budget_too_small_for_this_machine(&out, "512M") {
+        return;
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stdout}\n{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let zram = &json["results"][0];
+    assert_eq!(zram["mode"], "kernel-zram", "{stdout}");
+    let v = &zram["verify"];
+    assert_eq!(v["pages_checked"].as_u64(), Some(1536 * 256), "{v}");
+    assert_eq!(v["lost"].as_u64(), Some(0), "{v}");
+    assert_eq!(v["corrupted"].as_u64(), Some(0), "{v}");
+    let notes = zram["notes"].to_string();
+    let mib_after = |marker: &str| -> f64 {
+        notes
+            .split(marker)
+            .nth(1)
+            .and_then(|rest| rest.split(" MiB").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {marker:?} in the notes: {notes}"))
+    };
+    let disksize = mib_after("zram sized to ") * 1048576.0;
+    let cap = mib_after("fills at the ") * 1048576.0;
+    let counters = &zram["counters"];
+    let stored = counters["zram_orig_data_size"].as_f64().unwrap_or(0.0);
+    let used = counters["zram_mem_used_max"].as_f64().unwrap_or(0.0);
+    // Full: the rest of the 1.5 GiB beyond the cgroup went to the swapfile.
+    assert!(
+        stored >= 0.95 * disksize,
+        "zram not full: {stored} of {disksize}: {zram}"
+    );
+    assert!(
+        used <= cap * 1.02 && used >= 0.8 * cap,
+        "zram's pool of {used} bytes is not at its cap of {cap}: {zram}"
+    );
+}
+
 /// `bench-redis --modes tiermem,kernel-zswap --pool-in-budget` with text
 /// values: both modes keep every key, zswap's pool stays within its cap,
 /// and tiermem's pool takes the same share of the budget (past the 50% it

@@ -158,10 +158,14 @@ fn bench_redis_refuses_bad_compressed_mode_flags_with_the_reason() {
     }
     // The split itself is `tiermem bench`'s (bench_cli.rs checks its
     // refusals); these show bench-redis takes the flags through it.
-    let cases: [(&[&str], &[&str]); 2] = [
+    let cases: [(&[&str], &[&str]); 3] = [
         (
             &["--pool-in-budget"],
-            &["--pool-in-budget", "add it to --modes"],
+            &["--pool-in-budget", "add one to --modes"],
+        ),
+        (
+            &["--pool-in-budget", "--modes", "kernel-zram"],
+            &["kernel-zram", "mem_limit", "bench-redis does not"],
         ),
         (
             &["--page-cluster", "99"],

@@ -268,6 +268,7 @@ fn run_kernel_swap(args: &ProbeArgs, mut worker: Command) -> anyhow::Result<Repo
         swap_bytes: region + (64 << 20),
         swap_dir,
         swap_device: None,
+        overflow_swapfile_bytes: None,
     })?;
     let spec = WorkerSpec {
         target: Target::KernelSwap,

@@ -272,9 +272,11 @@ fn owner_alive(pid: i32, path: &Path) -> bool {
     if pid == unsafe { libc::getpid() } {
         // Ours only if it is in our registry: otherwise it is from an earlier
         // process that had the same pid (e.g. in a fresh container).
-        return registry()
-            .iter()
-            .any(|inner| inner.cgroup == path || inner.swapfile == path);
+        return registry().iter().any(|inner| {
+            inner.cgroup == path
+                || inner.swapfile == path
+                || inner.overflow.as_deref() == Some(path)
+        });
     }
     Path::new(&format!("/proc/{pid}")).exists()
 }

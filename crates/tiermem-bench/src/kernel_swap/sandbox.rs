@@ -30,6 +30,9 @@ const SWAPPINESS: &str = "60";
 /// Smallest swapfile we agree to create.
 const MIN_SWAP_BYTES: u64 = 1 << 20;
 
+/// Swap priority of the overflow swapfile, below any device in front of it.
+const OVERFLOW_PRIORITY: i32 = 1;
+
 /// swapon(2) flags for a priority (linux/swap.h; not in the libc crate).
 const SWAP_FLAG_PREFER: libc::c_int = 0x8000;
 const SWAP_FLAG_PRIO_MASK: libc::c_int = 0x7fff;
@@ -53,6 +56,11 @@ pub struct SandboxSpec {
     /// with this priority instead of a swapfile in `swap_dir`; the device
     /// is given a swap signature, turned on and off, never deleted.
     pub swap_device: Option<(PathBuf, i32)>,
+    /// With `swap_device`: also a swapfile of this many bytes in
+    /// `swap_dir`, at a priority below the device's, which the kernel fills
+    /// once the device is full. This is how zram is deployed in front of a
+    /// disk, and what holds zram's pool to a share of the budget.
+    pub overflow_swapfile_bytes: Option<u64>,
 }
 
 /// Counters of the sandbox's cgroup, read from `memory.stat`,
@@ -148,15 +156,18 @@ impl SwapSandbox {
         }
         let (swap_dir, fs_type) = match &spec.swap_device {
             Some((device, _)) => (device.clone(), 0),
-            None => {
-                let swap_dir = std::fs::canonicalize(&spec.swap_dir).with_context(|| {
-                    format!("swap directory {} is not usable", spec.swap_dir.display())
-                })?;
-                if !swap_dir.is_dir() {
-                    bail!("swap directory {} is not a directory", swap_dir.display());
+            None => checked_swap_dir(&spec.swap_dir, swap_bytes)?,
+        };
+        let overflow = match (&spec.swap_device, spec.overflow_swapfile_bytes) {
+            (_, None) => None,
+            (None, Some(_)) => bail!("an overflow swapfile needs a swap device in front of it"),
+            (Some(_), Some(bytes)) => {
+                let bytes = bytes / page_size() * page_size();
+                if bytes < MIN_SWAP_BYTES {
+                    bail!("overflow swapfile size {bytes} is too small (at least {MIN_SWAP_BYTES} is needed)");
                 }
-                let fs_type = check_swap_filesystem(&swap_dir, swap_bytes)?;
-                (swap_dir, fs_type)
+                let (dir, fs_type) = checked_swap_dir(&spec.swap_dir, bytes)?;
+                Some((dir, fs_type, bytes))
             }
         };
         let mkswap = find_tool("mkswap").context("`mkswap` not found")?;
@@ -174,13 +185,19 @@ impl SwapSandbox {
                 Some((device, _)) => device.clone(),
                 None => swap_dir.join(format!("{SWAPFILE_PREFIX}{pid}-{n}")),
             };
+            let overflow_file = overflow
+                .as_ref()
+                .map(|(dir, _, _)| dir.join(format!("{SWAPFILE_PREFIX}{pid}-{n}")));
             // Stale names from a crashed run with the same pid are skipped.
-            if !path_exists(&cgroup) && (spec.swap_device.is_some() || !path_exists(&swapfile)) {
-                names = Some((cgroup, swapfile));
+            if !path_exists(&cgroup)
+                && (spec.swap_device.is_some() || !path_exists(&swapfile))
+                && !overflow_file.as_deref().is_some_and(path_exists)
+            {
+                names = Some((cgroup, swapfile, overflow_file));
                 break;
             }
         }
-        let (cgroup, swapfile) = names.with_context(|| {
+        let (cgroup, swapfile, overflow_file) = names.with_context(|| {
             format!(
                 "no free sandbox name in {} / {} (leftovers of crashed runs? \
                  try the bench --cleanup option)",
@@ -194,6 +211,7 @@ impl SwapSandbox {
             version: root_cgroup.version,
             swapfile,
             device: spec.swap_device.is_some(),
+            overflow: overflow_file,
             state: Mutex::new(State::default()),
         });
         register(&inner)?;
@@ -204,13 +222,19 @@ impl SwapSandbox {
             warnings: Vec::new(),
         };
         let priority = spec.swap_device.as_ref().map(|(_, p)| *p);
-        if let Err(err) = sandbox.setup(
-            spec.memory_limit_bytes,
-            swap_bytes,
-            fs_type,
-            &mkswap,
-            priority,
-        ) {
+        let built = sandbox
+            .setup(
+                spec.memory_limit_bytes,
+                swap_bytes,
+                fs_type,
+                &mkswap,
+                priority,
+            )
+            .and_then(|()| match &overflow {
+                Some((_, fs_type, bytes)) => sandbox.setup_overflow(*bytes, *fs_type, &mkswap),
+                None => Ok(()),
+            });
+        if let Err(err) = built {
             return Err(match sandbox.cleanup() {
                 Ok(()) => err,
                 Err(cleanup_err) => anyhow!(
@@ -263,32 +287,7 @@ impl SwapSandbox {
             create_swapfile(path, swap_bytes, fs_type, &mut st.swapfile_created)?;
         }
 
-        let out = Command::new(mkswap)
-            .arg(path)
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running {}", mkswap.display()))?;
-        if !out.status.success() {
-            bail!(
-                "{} {} failed ({}): {} {}",
-                mkswap.display(),
-                path.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim(),
-                String::from_utf8_lossy(&out.stdout).trim()
-            );
-        }
-
-        let c_path = path_cstring(path)?;
-        let flags = priority.map_or(0, |p| {
-            SWAP_FLAG_PREFER | ((p.max(0) << SWAP_FLAG_PRIO_SHIFT) & SWAP_FLAG_PRIO_MASK)
-        });
-        // SAFETY: c_path is a valid NUL-terminated path that outlives the
-        // call; swapon only reads it.
-        if unsafe { libc::swapon(c_path.as_ptr(), flags) } != 0 {
-            let err = io::Error::last_os_error();
-            bail!("{}", swapon_error(path, &err, fs_type));
-        }
+        make_swap_and_turn_on(path, mkswap, priority, fs_type)?;
         st.swap_active = true;
 
         let swaps = read_proc_swaps().context("reading /proc/swaps")?;
@@ -313,6 +312,24 @@ impl SwapSandbox {
             ));
         }
         self.vmstat_at_start = (vmstat("pswpin"), vmstat("pswpout"));
+        Ok(())
+    }
+
+    /// Builds the overflow swapfile behind the device, under the state
+    /// lock as `setup` does.
+    fn setup_overflow(&mut self, bytes: u64, fs_type: u32, mkswap: &Path) -> anyhow::Result<()> {
+        let inner = Arc::clone(&self.inner);
+        let mut st = inner.lock_state();
+        if st.closed {
+            bail!("interrupted by a signal while creating the kernel-swap sandbox");
+        }
+        let path = inner
+            .overflow
+            .as_ref()
+            .context("the sandbox has no overflow swapfile")?;
+        create_swapfile(path, bytes, fs_type, &mut st.overflow_created)?;
+        make_swap_and_turn_on(path, mkswap, Some(OVERFLOW_PRIORITY), fs_type)?;
+        st.overflow_active = true;
         Ok(())
     }
 
@@ -399,6 +416,11 @@ impl SwapSandbox {
         &self.inner.swapfile
     }
 
+    /// The overflow swapfile behind a swap device, if the sandbox has one.
+    pub fn overflow_swapfile_path(&self) -> Option<&Path> {
+        self.inner.overflow.as_deref()
+    }
+
     /// Things worth a note in the report, e.g. another active swap area that
     /// the kernel may use instead of our swapfile.
     pub fn warnings(&self) -> &[String] {
@@ -449,6 +471,53 @@ impl Drop for SwapSandbox {
         }
         unregister(&self.inner);
     }
+}
+
+/// `dir`, canonical, checked to be a directory on a filesystem that takes a
+/// swapfile of `bytes`; with its filesystem type.
+fn checked_swap_dir(dir: &Path, bytes: u64) -> anyhow::Result<(PathBuf, u32)> {
+    let swap_dir = std::fs::canonicalize(dir)
+        .with_context(|| format!("swap directory {} is not usable", dir.display()))?;
+    if !swap_dir.is_dir() {
+        bail!("swap directory {} is not a directory", swap_dir.display());
+    }
+    let fs_type = check_swap_filesystem(&swap_dir, bytes)?;
+    Ok((swap_dir, fs_type))
+}
+
+/// `mkswap path`, then swapon with `priority` (none: the kernel's default).
+fn make_swap_and_turn_on(
+    path: &Path,
+    mkswap: &Path,
+    priority: Option<i32>,
+    fs_type: u32,
+) -> anyhow::Result<()> {
+    let out = Command::new(mkswap)
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", mkswap.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} {} failed ({}): {} {}",
+            mkswap.display(),
+            path.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+    }
+    let c_path = path_cstring(path)?;
+    let flags = priority.map_or(0, |p| {
+        SWAP_FLAG_PREFER | ((p.max(0) << SWAP_FLAG_PRIO_SHIFT) & SWAP_FLAG_PRIO_MASK)
+    });
+    // SAFETY: c_path is a valid NUL-terminated path that outlives the
+    // call; swapon only reads it.
+    if unsafe { libc::swapon(c_path.as_ptr(), flags) } != 0 {
+        let err = io::Error::last_os_error();
+        bail!("{}", swapon_error(path, &err, fs_type));
+    }
+    Ok(())
 }
 
 fn path_exists(path: &Path) -> bool {

@@ -4,7 +4,7 @@
 //! signal thread, the abort hook and the leftover scan consult.
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -35,6 +35,8 @@ pub(super) struct Inner {
     pub(super) swapfile: PathBuf,
     /// Whether `swapfile` is a device (turned off, never deleted).
     pub(super) device: bool,
+    /// The overflow swapfile behind the device (`SandboxSpec::overflow_swapfile_bytes`).
+    pub(super) overflow: Option<PathBuf>,
     pub(super) state: Mutex<State>,
 }
 
@@ -44,6 +46,8 @@ pub(super) struct State {
     pub(super) cgroup_created: bool,
     pub(super) swapfile_created: bool,
     pub(super) swap_active: bool,
+    pub(super) overflow_created: bool,
+    pub(super) overflow_active: bool,
     /// Adopted children, killed and reaped on teardown.
     pub(super) children: Vec<i32>,
     /// Set by the first teardown: no more setup, adopted children die at once.
@@ -92,20 +96,25 @@ impl Inner {
             }
         }
 
-        if st.swapfile_created {
-            if st.swap_active {
-                errors.push(format!(
-                    "not deleting {0} because it is still in use as swap; \
-                     run `swapoff {0}` and delete it",
-                    self.swapfile.display()
-                ));
-            } else {
-                match std::fs::remove_file(&self.swapfile) {
-                    Ok(()) => st.swapfile_created = false,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => st.swapfile_created = false,
-                    Err(e) => errors.push(format!("deleting {}: {e}", self.swapfile.display())),
+        remove_swapfile(
+            &self.swapfile,
+            st.swap_active,
+            &mut st.swapfile_created,
+            &mut errors,
+        );
+        if let Some(overflow) = &self.overflow {
+            if st.overflow_active {
+                match swap_off(overflow) {
+                    Ok(()) => st.overflow_active = false,
+                    Err(e) => errors.push(e),
                 }
             }
+            remove_swapfile(
+                overflow,
+                st.overflow_active,
+                &mut st.overflow_created,
+                &mut errors,
+            );
         }
 
         if st.cgroup_created {
@@ -125,6 +134,26 @@ impl Inner {
         }
         st.restores = kept;
         errors
+    }
+}
+
+/// Deletes a swapfile this sandbox `created`, unless it is still `active`.
+fn remove_swapfile(path: &Path, active: bool, created: &mut bool, errors: &mut Vec<String>) {
+    if !*created {
+        return;
+    }
+    if active {
+        errors.push(format!(
+            "not deleting {0} because it is still in use as swap; \
+             run `swapoff {0}` and delete it",
+            path.display()
+        ));
+        return;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => *created = false,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => *created = false,
+        Err(e) => errors.push(format!("deleting {}: {e}", path.display())),
     }
 }
 

@@ -92,6 +92,7 @@ fn run_kernel_swap(
         swap_bytes: plan.dataset_bytes.saturating_mul(2) + (512 << 20),
         swap_dir,
         swap_device: None,
+        overflow_swapfile_bytes: None,
     };
     let (mut sandbox, tier) = if mode == Mode::KernelSwap {
         let sandbox = SwapSandbox::create(&spec).context("setting up kernel swap")?;

@@ -240,6 +240,7 @@ fn under_kernel_swap(
         swap_bytes: s.guest_mem + (256 << 20),
         swap_dir: s.backing.clone(),
         swap_device: None,
+        overflow_swapfile_bytes: None,
     })
     .context("setting up kernel swap")?;
     let mut cmd = guest::qemu_command(&s.qemu, image, spec);

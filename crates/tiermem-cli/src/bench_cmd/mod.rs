@@ -47,7 +47,9 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 ///                written to the swapfile only when the pool is full
 ///                (--zswap-compressor, --zswap-max-pool-percent).
 ///   kernel-zram  the same cgroup, swapping to /dev/zram0, compressed RAM,
-///                instead of the swapfile (--zram-compressor, --zram-size).
+///                instead of the swapfile (--zram-compressor, --zram-size);
+///                with --pool-in-budget, zram sized for its pool to fill at
+///                tiermem's share of the budget, a swapfile behind it.
 /// The default is dram,tiermem,kernel-swap. The two compressed modes are
 /// run only when named: they need root, change machine-wide settings for
 /// the run, and refuse to run while another swap area is active or zram0
@@ -270,7 +272,7 @@ pub struct BenchArgs {
     /// The most of the budget tiermem's compressed pool may take: a
     /// percent (1-90), or auto, which adapts it between 10% and 90% of the
     /// budget, from 50%, to where the pool's hits land. --pool-in-budget
-    /// sets it to zswap's cap.
+    /// sets it to the kernel pools' cap.
     #[arg(
         long,
         value_name = "PERCENT|auto",
@@ -415,6 +417,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
     };
     let compressed = CompressedOptions {
         pool_in_budget,
+        page_data: Some(args.data.into()),
         ..args.compressed.options()?
     };
     let exe = std::env::current_exe().context("locating the tiermem binary")?;
@@ -452,10 +455,10 @@ fn plan(args: &BenchArgs) -> anyhow::Result<BenchPlan> {
 fn pool_in_budget(args: &BenchArgs, budget: u64) -> anyhow::Result<Option<PoolInBudget>> {
     anyhow::ensure!(
         !(args.suite && args.compressed.pool_in_budget),
-        "--pool-in-budget applies to kernel-zswap, which --suite does not run"
+        "--pool-in-budget applies to kernel-zswap and kernel-zram, which --suite does not run"
     );
     args.compressed
-        .pool_in_budget(&args.modes, &args.compress_share, budget)
+        .pool_in_budget(&args.modes, &args.compress_share, budget, true)
 }
 
 /// The workload and its working-set size. Scan resistance derives its sizes
