@@ -86,14 +86,22 @@ fn helper(role: &str) -> Command {
     cmd
 }
 
-fn active_swaps() -> Vec<PathBuf> {
+/// The active swap areas, with the KiB each has in use (/proc/swaps).
+fn swap_areas() -> Vec<(PathBuf, u64)> {
     std::fs::read_to_string("/proc/swaps")
         .unwrap_or_default()
         .lines()
         .skip(1)
-        .filter_map(|l| l.split_whitespace().next())
-        .map(|p| PathBuf::from(p.replace("\\040", " ")))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let path = PathBuf::from(fields.first()?.replace("\\040", " "));
+            Some((path, fields.get(3)?.parse().unwrap_or(0)))
+        })
         .collect()
+}
+
+fn active_swaps() -> Vec<PathBuf> {
+    swap_areas().into_iter().map(|(path, _)| path).collect()
 }
 
 fn is_active_swap(path: &Path) -> bool {
@@ -376,16 +384,12 @@ impl Drop for LoopDevice {
     }
 }
 
-/// KiB in use on each active swap area (/proc/swaps' "Used").
+/// KiB in use on the swap area `path` (0 if it is not active).
 fn swap_used_kib(path: &Path) -> u64 {
-    std::fs::read_to_string("/proc/swaps")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|f| f.first().is_some_and(|p| Path::new(p) == path))
-        .and_then(|f| f.get(3).and_then(|u| u.parse().ok()))
-        .unwrap_or(0)
+    swap_areas()
+        .into_iter()
+        .find(|(area, _)| area == path)
+        .map_or(0, |(_, used)| used)
 }
 
 #[test]
@@ -433,6 +437,7 @@ fn an_overflow_swapfile_behind_a_full_device_takes_the_rest_and_goes_with_the_sa
     assert!(on_overflow > 0, "nothing went to the overflow swapfile");
 
     sandbox.cleanup().expect("cleanup");
+    assert!(child.wait().is_err(), "cleanup did not reap the hog");
     assert!(!cgroup.exists(), "cgroup {} still exists", cgroup.display());
     assert!(!is_active_swap(&device.device), "the device is still swap");
     assert!(!is_active_swap(&overflow), "the overflow is still swap");

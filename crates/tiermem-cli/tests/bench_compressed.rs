@@ -167,11 +167,13 @@ fn zswap_and_zram_store_pages_compressed_and_leave_the_machine_as_it_was() {
     }
 }
 
-#[test]
-fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
-    let Some(out) = bench_leaving_the_machine_as_it_was(&[
+/// `tiermem bench --modes MODES --pool-in-budget` on 1.5 GiB of text in
+/// 512 MiB, checked to succeed; its JSON, or `None` where the machine
+/// cannot run it.
+fn text_with_pools_in_budget(modes: &str) -> Option<serde_json::Value> {
+    let out = bench_leaving_the_machine_as_it_was(&[
         "--modes",
-        "tiermem,kernel-zswap",
+        modes,
         "--pool-in-budget",
         "--data",
         "text",
@@ -179,31 +181,43 @@ fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
         "1536M",
         "--dram",
         "512M",
-    ]) else {
-        return;
-    };
+    ])?;
     if budget_too_small_for_this_machine(&out, "512M") {
-        return;
+        return None;
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed: {stdout}\n{stderr}");
-    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
-    let results = json["results"].as_array().unwrap();
-    let zswap = results
-        .iter()
-        .find(|r| r["mode"] == "kernel-zswap")
-        .unwrap_or_else(|| panic!("no kernel-zswap in {stdout}"));
-    let v = &zswap["verify"];
-    assert_eq!(v["lost"].as_u64(), Some(0), "{v}");
-    assert_eq!(v["corrupted"].as_u64(), Some(0), "{v}");
+    Some(serde_json::from_str(&stdout).expect("JSON"))
+}
+
+/// The run of `mode` in a bench report, every one of its 1.5 GiB of pages
+/// checked and intact.
+fn intact_run<'a>(json: &'a serde_json::Value, mode: &str) -> &'a serde_json::Value {
+    let run = json["results"]
+        .as_array()
+        .and_then(|runs| runs.iter().find(|r| r["mode"] == mode))
+        .unwrap_or_else(|| panic!("no {mode} in {json}"));
+    let v = &run["verify"];
+    assert_eq!(v["pages_checked"].as_u64(), Some(1536 * 256), "{mode}: {v}");
+    assert_eq!(v["lost"].as_u64(), Some(0), "{mode}: {v}");
+    assert_eq!(v["corrupted"].as_u64(), Some(0), "{mode}: {v}");
+    run
+}
+
+#[test]
+fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
+    let Some(json) = text_with_pools_in_budget("tiermem,kernel-zswap") else {
+        return;
+    };
+    let zswap = intact_run(&json, "kernel-zswap");
     let notes = zswap["notes"].to_string();
     let percent = percent_after(&notes, "pool in budget: zswap's pool at most ");
     let pool = zswap["counters"]["zswap_pool_total_size"]
         .as_f64()
         .unwrap_or(0.0);
     assert_within_zswap_cap(pool, percent, zswap);
-    let tiermem = results.iter().find(|r| r["mode"] == "tiermem").unwrap();
+    let tiermem = intact_run(&json, "tiermem");
     let tier_notes = tiermem["notes"].to_string();
     let share = percent_after(&notes, "tiermem's pool at most ");
     assert!(
@@ -217,32 +231,10 @@ fn pool_in_budget_caps_zswaps_pool_at_tiermems_share_of_the_budget() {
 /// the working set comes back intact.
 #[test]
 fn pool_in_budget_fills_zram_to_the_cap_and_passes_the_rest_to_a_swapfile() {
-    let Some(out) = bench_leaving_the_machine_as_it_was(&[
-        "--modes",
-        "kernel-zram",
-        "--pool-in-budget",
-        "--data",
-        "text",
-        "--working-set",
-        "1536M",
-        "--dram",
-        "512M",
-    ]) else {
+    let Some(json) = text_with_pools_in_budget("kernel-zram") else {
         return;
     };
-    if budget_too_small_for_this_machine(&out, "512M") {
-        return;
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench failed: {stdout}\n{stderr}");
-    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
-    let zram = &json["results"][0];
-    assert_eq!(zram["mode"], "kernel-zram", "{stdout}");
-    let v = &zram["verify"];
-    assert_eq!(v["pages_checked"].as_u64(), Some(1536 * 256), "{v}");
-    assert_eq!(v["lost"].as_u64(), Some(0), "{v}");
-    assert_eq!(v["corrupted"].as_u64(), Some(0), "{v}");
+    let zram = intact_run(&json, "kernel-zram");
     let notes = zram["notes"].to_string();
     let mib_after = |marker: &str| -> f64 {
         notes
