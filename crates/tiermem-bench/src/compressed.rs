@@ -56,8 +56,13 @@ pub enum Tier {
         stats: Option<PathBuf>,
         compressor: String,
     },
-    /// The zram device's sysfs directory.
-    Zram { sysfs: PathBuf, compressor: String },
+    /// The zram device's sysfs directory; the cap its pool was sized to
+    /// fill under `--pool-in-budget`.
+    Zram {
+        sysfs: PathBuf,
+        compressor: String,
+        pool_cap: Option<u64>,
+    },
 }
 
 /// A swap sandbox with a compressed tier set up for it.
@@ -200,6 +205,7 @@ fn create_tier(
                 tier: Tier::Zram {
                     sysfs,
                     compressor: options.zram.compressor.clone(),
+                    pool_cap: options.pool_in_budget.as_ref().map(|s| s.pool_cap_bytes),
                 },
                 notes,
             })
@@ -355,8 +361,21 @@ impl Sampler {
                 let line = zswap::describe(&counters, compressor);
                 (counters, line)
             }
-            (Tier::Zram { compressor, .. }, _, Some(Sample::Zram(full)), _) => {
-                (full.counters(), full.describe(compressor))
+            (
+                Tier::Zram {
+                    compressor,
+                    pool_cap,
+                    ..
+                },
+                _,
+                Some(Sample::Zram(full)),
+                _,
+            ) => {
+                let mut line = full.describe(compressor);
+                if let Some(cap) = pool_cap {
+                    line.push_str(&full.against_cap(*cap));
+                }
+                (full.counters(), line)
             }
             _ => (
                 BTreeMap::new(),

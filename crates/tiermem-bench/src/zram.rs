@@ -229,6 +229,25 @@ impl MmStat {
         out
     }
 
+    /// How the pool's peak compares with the cap it was sized for under
+    /// `--pool-in-budget`, to be appended to [`MmStat::describe`]'s line.
+    /// The estimate behind the device's size can miss: a pool past the cap
+    /// had more DRAM than tiermem's, and the line says so.
+    pub fn against_cap(&self, cap: u64) -> String {
+        let share = self.mem_used_max as f64 * 100.0 / cap.max(1) as f64;
+        let mut line = format!(
+            "; its pool peaked at {:.1} MiB, {share:.0}% of the {:.1} MiB cap",
+            self.mem_used_max as f64 / 1048576.0,
+            cap as f64 / 1048576.0,
+        );
+        if share > 102.0 {
+            line.push_str(
+                " (past it: zram had more DRAM than tiermem's pool, so this run favours zram)",
+            );
+        }
+        line
+    }
+
     /// One line for the report.
     pub fn describe(&self, compressor: &str) -> String {
         let mib = |b: u64| b as f64 / 1048576.0;
@@ -277,6 +296,13 @@ mod tests {
         assert_eq!(s.counters()["zram_compression_ratio"], 2.0);
         assert!(s.describe("lz4").contains("ratio 2.00x"));
         assert!(MmStat::parse("1 2 3").is_err());
+        assert_eq!(
+            s.against_cap(4 << 20),
+            "; its pool peaked at 2.0 MiB, 50% of the 4.0 MiB cap"
+        );
+        assert!(s
+            .against_cap(1 << 20)
+            .contains("200% of the 1.0 MiB cap (past it"));
         assert!(MmStat::parse("1 2 x 4 5 6 7").is_err());
     }
 

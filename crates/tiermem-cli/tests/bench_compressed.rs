@@ -258,6 +258,10 @@ fn pool_in_budget_fills_zram_to_the_cap_and_passes_the_rest_to_a_swapfile() {
         used <= cap * 1.02 && used >= 0.8 * cap,
         "zram's pool of {used} bytes is not at its cap of {cap}: {zram}"
     );
+    assert!(
+        notes.contains("its pool peaked at") && !notes.contains("past it"),
+        "the report does not hold the peak against the cap: {notes}"
+    );
 }
 
 /// `bench-redis --modes tiermem,kernel-zswap --pool-in-budget` with text
