@@ -243,7 +243,7 @@ fn zram_within_pool(
         "pool in budget: the cgroup limited to {:.1} MiB; zram sized to {:.1} MiB so that \
          its pool, at an estimated {per_page:.0} bytes per page of {data} data, fills at \
          the {:.1} MiB cap; a swapfile behind it, at a lower priority, takes the pages \
-         beyond (zram's mem_used_max says how close it came)",
+         beyond (the line on zram at its fullest gives the pool's peak against the cap)",
         mib(split.cgroup_limit_bytes),
         mib(disksize),
         mib(split.pool_cap_bytes),

@@ -55,9 +55,10 @@ pub struct CompressedArgs {
     /// cap that passes pages on, so bench sizes the device for its pool to
     /// fill at the cap (from LZ4 on a sample of --data's pages) and puts a
     /// swapfile behind it at a lower priority, as zram is deployed in front
-    /// of a disk; its mem_used_max says how close it came. Needs
+    /// of a disk; the report gives its pool's peak against the cap. Needs
     /// kernel-zswap or kernel-zram in --modes (bench-redis: kernel-zswap
-    /// only); conflicts with --zswap-max-pool-percent and --zram-size.
+    /// only); conflicts with --zswap-max-pool-percent, and with --zram-size
+    /// when kernel-zram runs.
     #[arg(long, conflicts_with = "zswap_max_pool_percent")]
     pub pool_in_budget: bool,
 }
