@@ -105,13 +105,11 @@ fn create_tier(
 ) -> anyhow::Result<CompressedSwap> {
     SwapSandbox::availability().map_err(|why| anyhow::anyhow!(why))?;
     let mut notes = Vec::new();
-    match kernel_swap::remove_leftovers() {
-        Ok(0) => {}
-        Ok(n) => notes.push(format!(
-            "restored {n} leftover(s) of a killed run first (swap, cgroups, settings)"
-        )),
-        Err(e) => return Err(e).context("restoring what a killed run left behind"),
-    }
+    // Before the check for other swap areas below, which a killed run's
+    // would fail; the sandbox's own removal then finds nothing more.
+    let removed =
+        kernel_swap::remove_leftovers().context("restoring what a killed run left behind")?;
+    notes.extend(kernel_swap::leftover_warning(removed));
     let swaps = kernel_swap::active_swaps().context("reading /proc/swaps")?;
     if !swaps.is_empty() {
         bail!(

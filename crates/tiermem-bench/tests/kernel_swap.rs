@@ -512,6 +512,29 @@ fn remove_leftovers_cleans_up_after_a_killed_parent() {
     assert!(!leftover_sandboxes().contains(&demo.cgroup));
 }
 
+/// The next sandbox removes what a killed run left behind, and says so.
+#[test]
+fn a_new_sandbox_removes_a_killed_runs_leftovers_first() {
+    let _serial = serial();
+    if !available() {
+        return;
+    }
+    let mut demo = Demo::start("crash-then-new");
+    // SAFETY: signalling our own child, which has not been reaped.
+    unsafe { libc::kill(demo.pid(), libc::SIGKILL) };
+    wait_timeout(&mut demo.child, Duration::from_secs(20)).expect("demo exit");
+    assert!(leftover_sandboxes().contains(&demo.swapfile));
+    let dir = ScratchDir::new("after-crash");
+    let mut sandbox = SwapSandbox::create(&spec(16, 32, dir.path())).expect("creating");
+    let warnings = sandbox.warnings().join("; ");
+    sandbox.cleanup().expect("cleanup");
+    assert_removed(&demo.cgroup, &demo.swapfile);
+    assert!(
+        warnings.contains("leftover(s) of a killed run first"),
+        "no word of the leftovers: {warnings}"
+    );
+}
+
 #[test]
 fn unusable_swap_dirs_are_refused_clearly_and_leave_nothing() {
     let _serial = serial();

@@ -44,6 +44,7 @@ mod teardown;
 pub use self::cleanup::{
     install_signal_cleanup, leftover_sandboxes, remove_leftovers, wait_for_cleanup,
 };
+pub(crate) use self::sandbox::leftover_warning;
 pub use self::sandbox::{CgroupStats, SandboxSpec, SwapSandbox, MEMORY_STAT_ENV};
 pub use self::swapfile::{active_swaps, read_swap_ins};
 pub use crate::cgroup::{read_major_faults, stat_field};

@@ -140,9 +140,13 @@ impl SwapSandbox {
     }
 
     /// Creates the cgroup (limit and swappiness set) and an active swapfile.
-    /// On failure everything made so far is removed again.
+    /// On failure everything made so far is removed again. What a killed
+    /// run left behind (its swap, cgroup and machine settings) is removed
+    /// first, and the sandbox's warnings say so.
     pub fn create(spec: &SandboxSpec) -> anyhow::Result<SwapSandbox> {
         SwapSandbox::availability().map_err(|why| anyhow!("kernel-swap mode: {why}"))?;
+        let leftovers = super::cleanup::remove_leftovers()
+            .context("restoring what a killed run left behind")?;
         if spec.memory_limit_bytes == 0 {
             bail!("the memory limit of the kernel-swap cgroup must be more than 0 bytes");
         }
@@ -199,8 +203,10 @@ impl SwapSandbox {
         }
         let (cgroup, swapfile, overflow_file) = names.with_context(|| {
             format!(
-                "no free sandbox name in {} / {} (leftovers of crashed runs? \
-                 try the bench --cleanup option)",
+                "no free sandbox name in {} / {}: a thousand names of this process id \
+                 are taken by cgroups or swapfiles that are not leftovers of a dead \
+                 process; swapoff and delete the {SWAPFILE_PREFIX}* files and rmdir the \
+                 {CGROUP_PREFIX}* cgroups that no benchmark uses",
                 root.display(),
                 swap_dir.display()
             )
@@ -219,7 +225,7 @@ impl SwapSandbox {
             inner,
             procs,
             vmstat_at_start: (None, None),
-            warnings: Vec::new(),
+            warnings: leftover_warning(leftovers).into_iter().collect(),
         };
         let priority = spec.swap_device.as_ref().map(|(_, p)| *p);
         let built = sandbox
@@ -471,6 +477,13 @@ impl Drop for SwapSandbox {
         }
         unregister(&self.inner);
     }
+}
+
+/// The warning for `removed` leftovers of killed runs, if there were any.
+pub(crate) fn leftover_warning(removed: usize) -> Option<String> {
+    (removed > 0).then(|| {
+        format!("restored {removed} leftover(s) of a killed run first (swap, cgroups, settings)")
+    })
 }
 
 /// `dir`, canonical, checked to be a directory on a filesystem that takes a

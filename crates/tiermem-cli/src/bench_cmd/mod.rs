@@ -60,7 +60,8 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// comp_algorithm, disksize and contents; vm.page-cluster; a debugfs they
 /// mount for zswap's statistics) is saved first in
 /// /run/tiermem-bench and put back on every exit path, Ctrl-C included;
-/// after a run killed outright, the next compressed run puts it back. They
+/// after a run killed outright, the next run of any kernel mode puts it
+/// back, with the killed run's swapfile and cgroup (and says so). They
 /// report the tier at its fullest, read every 0.1 s while the worker runs:
 /// zswap's stored pages, pool size, pages written back and rejected, and
 /// ratio = stored pages x 4096 / pool bytes (from debugfs); zram's mm_stat
