@@ -217,6 +217,16 @@ struct Demo {
 }
 
 impl Demo {
+    /// A demo SIGKILLed once its sandbox is up: nothing of it cleans up.
+    fn killed(tag: &str) -> Demo {
+        let mut demo = Demo::start(tag);
+        // SAFETY: signalling our own child, which has not been reaped.
+        unsafe { libc::kill(demo.pid(), libc::SIGKILL) };
+        let status = wait_timeout(&mut demo.child, Duration::from_secs(20)).expect("demo exit");
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{tag}");
+        demo
+    }
+
     fn start(tag: &str) -> Demo {
         let dir = ScratchDir::new(tag);
         let mut child = helper("demo")
@@ -492,11 +502,7 @@ fn remove_leftovers_cleans_up_after_a_killed_parent() {
     if !available() {
         return;
     }
-    let mut demo = Demo::start("crash");
-    // SAFETY: signalling our own child, which has not been reaped.
-    unsafe { libc::kill(demo.pid(), libc::SIGKILL) };
-    let status = wait_timeout(&mut demo.child, Duration::from_secs(20)).expect("demo exit");
-    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let demo = Demo::killed("crash");
     // Nothing could clean up: the sandbox (and the orphaned hog) remain.
     let leftovers = leftover_sandboxes();
     assert!(leftovers.contains(&demo.cgroup), "{leftovers:?}");
@@ -519,10 +525,7 @@ fn a_new_sandbox_removes_a_killed_runs_leftovers_first() {
     if !available() {
         return;
     }
-    let mut demo = Demo::start("crash-then-new");
-    // SAFETY: signalling our own child, which has not been reaped.
-    unsafe { libc::kill(demo.pid(), libc::SIGKILL) };
-    wait_timeout(&mut demo.child, Duration::from_secs(20)).expect("demo exit");
+    let demo = Demo::killed("crash-then-new");
     assert!(leftover_sandboxes().contains(&demo.swapfile));
     let dir = ScratchDir::new("after-crash");
     let mut sandbox = SwapSandbox::create(&spec(16, 32, dir.path())).expect("creating");
