@@ -57,24 +57,14 @@ const SAMPLE_PAGES: u64 = 512;
 const CAP_MARGIN: f64 = 0.95;
 
 /// What zram's pool takes for a 4 KiB page of `data` as the bench worker
-/// writes it (a stamp in its first, second and last words): the LZ4 block
-/// size rounded up to zsmalloc's class, or a whole page when zram would
-/// store it as it is. The mean over pages spread across the working set.
+/// writes it (its stamp included): the LZ4 block size rounded up to
+/// zsmalloc's class, or a whole page when zram would store it as it is.
+/// The mean over pages spread across the working set.
 pub fn estimated_pool_bytes_per_page(data: PageData) -> f64 {
-    const WORDS: usize = 512;
     let mut total = 0u64;
     let stride = 1_000_003u64;
     for n in 0..SAMPLE_PAGES {
-        let page = n * stride;
-        let mut bytes = Vec::with_capacity(WORDS * 8);
-        for i in 0..WORDS {
-            let word = match i {
-                0 | 511 => crate::mix::splitmix64(page) | 1,
-                1 => 1,
-                _ => data.word(page, i),
-            };
-            bytes.extend_from_slice(&word.to_le_bytes());
-        }
+        let bytes = crate::worker::pages::stamped_image(data, n * stride, 4096);
         let compressed = lz4_flex::block::compress(&bytes).len() as u64;
         total += if compressed >= HUGE_FROM_BYTES {
             bytes.len() as u64

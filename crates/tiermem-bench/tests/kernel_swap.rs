@@ -565,6 +565,16 @@ fn unusable_swap_dirs_are_refused_clearly_and_leave_nothing() {
     let err = SwapSandbox::create(&spec(16, 32, Path::new("/nonexistent/dir"))).unwrap_err();
     assert!(format!("{err:#}").contains("/nonexistent/dir"), "{err:#}");
 
+    let overflow_alone = SandboxSpec {
+        overflow_swapfile_bytes: Some(32 << 20),
+        ..spec(16, 32, dir.path())
+    };
+    let err = SwapSandbox::create(&overflow_alone).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("needs a swap device in front of it"),
+        "{err:#}"
+    );
+
     let shm = Path::new("/dev/shm");
     let shm_is_tmpfs = std::fs::read_to_string("/proc/mounts")
         .unwrap_or_default()

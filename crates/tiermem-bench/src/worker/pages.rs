@@ -17,6 +17,21 @@ fn tag(page: u64) -> u64 {
     STAMP_MAGIC ^ page.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// The bytes of `page` of `page_size` as `Pages::stamp` leaves it: what a
+/// pager receives when the page leaves DRAM after its first touch.
+pub(crate) fn stamped_image(data: PageData, page: u64, page_size: usize) -> Vec<u8> {
+    let last = page_size / 8 - 1;
+    (0..=last)
+        .map(|i| match i {
+            0 => tag(page),
+            1 => 1,
+            i if i == last => tag(page),
+            i => data.word(page, i),
+        })
+        .flat_map(u64::to_le_bytes)
+        .collect()
+}
+
 /// The working set as stamped pages.
 pub(crate) struct Pages {
     base: *mut u8,
@@ -164,6 +179,20 @@ mod tests {
             let report = pages.verify();
             assert_eq!(report.corrupted, 1, "{data}");
             assert_eq!(report.first_bad_page, Some(37), "{data}");
+        }
+    }
+
+    /// `stamped_image` is byte for byte what stamping leaves in memory.
+    #[test]
+    fn the_stamped_image_is_the_stamped_page() {
+        for data in PageData::ALL {
+            let set = AnonymousSet::new(8 * 4096, None).unwrap();
+            let pages = Pages::new(&set, 4096, 8, data);
+            stamp_pages(&pages, 0..8);
+            // SAFETY: page 5 lies inside the 8-page set, stamped above and
+            // not written since.
+            let page5 = unsafe { std::slice::from_raw_parts(set.base().add(5 * 4096), 4096) };
+            assert_eq!(page5, &stamped_image(data, 5, 4096)[..], "{data}");
         }
     }
 }
