@@ -542,6 +542,34 @@ fn untiered_mappings_over_the_budget_are_reported() {
     );
 }
 
+/// A memfd mapped with `MAP_FIXED` into a reservation of tiered memory
+/// (QEMU's `memory-backend-memfd`) is the kernel's mapping: the program
+/// finds every byte through the mapping and the memfd's descriptor, in a
+/// forked child too, with tiered memory paged right up to its edges; each
+/// such mapping is said on stderr; unmapped, the range is tiered again.
+/// It was refused with `ENOMEM`, and QEMU could not start.
+#[test]
+fn shared_memory_mapped_into_a_reservation_is_the_kernel_s_and_said() {
+    let stderr = c_program_with("preload_foreign", "16M", &[], &|_| {
+        vec!["32".into(), "16".into()]
+    });
+    if stderr.is_empty() {
+        return; // no C compiler: compile_c said so
+    }
+    let reports = stderr
+        .lines()
+        .filter(|l| {
+            l.contains("mapped 32.0 MiB that tiermem does not tier: shared memory (a memfd")
+        })
+        .count();
+    assert_eq!(reports, 2, "the memfd was mapped twice:\n{stderr}");
+    assert_eq!(
+        stderr.matches("that tiermem does not tier").count(),
+        2,
+        "nothing else is reported:\n{stderr}"
+    );
+}
+
 /// Memory whose protection the program changed (a guard page) and then
 /// unmapped comes back read-write when the arena hands it out again (it
 /// kept the old protection, and the next mapping's first write crashed).

@@ -39,6 +39,11 @@ pub enum Kind {
     /// (`compress`), at the handle kept in the page's frame word. A clean
     /// one still has its slot, which stays valid.
     Compressed = 8,
+    /// Allocated, but the program mapped something tiermem does not tier
+    /// over it (a file, shared memory) with `MAP_FIXED`: that mapping is
+    /// not registered with userfaultfd, so no fault of it reaches the
+    /// runtime, and nothing the runtime does may install a page here.
+    Foreign = 9,
 }
 
 /// Every change of a page's kind the runtime makes, by the kind it leaves:
@@ -46,12 +51,12 @@ pub enum Kind {
 /// check at every change ([`legal_transition`]). A change of flags alone
 /// (dirty, referenced, queued, prefetched, the slot) keeps the kind and is
 /// always legal.
-const TRANSITIONS: [(Kind, &[Kind]); 9] = [
+const TRANSITIONS: [(Kind, &[Kind]); 10] = [
     // Allocated (zero-filled); in the lazily committed zone a first touch
     // claims it directly.
-    (Kind::Free, &[Kind::Zero, Kind::Loading]),
+    (Kind::Free, &[Kind::Zero, Kind::Loading, Kind::Foreign]),
     // Claimed for a zero fill; freed, or discarded into the lazy zone.
-    (Kind::Zero, &[Kind::Loading, Kind::Free]),
+    (Kind::Zero, &[Kind::Loading, Kind::Free, Kind::Foreign]),
     // A write to a clean page; taken by the evictor or a set conflict;
     // freed or discarded.
     (
@@ -100,6 +105,9 @@ const TRANSITIONS: [(Kind, &[Kind]); 9] = [
         Kind::Compressed,
         &[Kind::Loading, Kind::Evicting, Kind::Free, Kind::Zero],
     ),
+    // Given back to tiered memory when the program unmaps or replaces the
+    // foreign mapping.
+    (Kind::Foreign, &[Kind::Free, Kind::Zero]),
 ];
 
 /// Whether a page may go from kind `from` to kind `to` (see
@@ -155,7 +163,8 @@ impl PageState {
             5 => Kind::Evicting,
             6 => Kind::Probation,
             7 => Kind::Poisoned,
-            _ => Kind::Compressed,
+            8 => Kind::Compressed,
+            _ => Kind::Foreign,
         }
     }
     pub fn is_dirty(self) -> bool {
@@ -445,7 +454,7 @@ mod tests {
         assert_eq!(s.with_slot(Some(0)).slot(), Some(0));
     }
 
-    const KINDS: [Kind; 9] = [
+    const KINDS: [Kind; 10] = [
         Kind::Free,
         Kind::Zero,
         Kind::Resident,
@@ -455,6 +464,7 @@ mod tests {
         Kind::Probation,
         Kind::Poisoned,
         Kind::Compressed,
+        Kind::Foreign,
     ];
 
     #[test]
@@ -480,6 +490,9 @@ mod tests {
         assert!(!legal_transition(Kind::Resident, Kind::Stored));
         assert!(!legal_transition(Kind::Evicting, Kind::Loading));
         assert!(!legal_transition(Kind::Poisoned, Kind::Loading));
+        // Nothing is installed where a foreign mapping sits.
+        assert!(!legal_transition(Kind::Foreign, Kind::Loading));
+        assert!(!legal_transition(Kind::Resident, Kind::Foreign));
     }
 
     #[cfg(debug_assertions)]

@@ -6,6 +6,8 @@
 //! exact; with larger pages a range that covers part of a page discards (or
 //! zeroes) only whole pages and leaves partial ones in place.
 
+mod foreign;
+
 use std::ptr::NonNull;
 use std::sync::Mutex;
 

@@ -20,10 +20,20 @@ fn lock(addr: *const c_void, len: usize, flags: c_uint) -> c_int {
     let a = addr as usize;
     let tiered = program_runtime()
         .filter(|rt| len > 0 && (rt.contains(a) || rt.contains(a.saturating_add(len - 1))));
+    // Foreign mappings in the arena (see mmap.rs) are the kernel's alone.
+    let pieces = match tiered {
+        Some(_) => super::mmap::tiered_pieces(a, len),
+        None => Vec::new(),
+    };
     if let Some(rt) = tiered {
-        if let Err(e) = rt.lock(a, len) {
-            set_errno(e.errno());
-            return -1;
+        for (done, piece) in pieces.iter().enumerate() {
+            if let Err(e) = rt.lock(piece.start, piece.end - piece.start) {
+                for undo in &pieces[..done] {
+                    rt.unlock(undo.start, undo.end - undo.start);
+                }
+                set_errno(e.errno());
+                return -1;
+            }
         }
     }
     // SAFETY: the caller's own call, straight to the kernel.
@@ -32,7 +42,9 @@ fn lock(addr: *const c_void, len: usize, flags: c_uint) -> c_int {
         let errno = std::io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::ENOMEM);
-        rt.unlock(a, len);
+        for piece in &pieces {
+            rt.unlock(piece.start, piece.end - piece.start);
+        }
         set_errno(errno);
     }
     rc as c_int

@@ -87,6 +87,9 @@ pub unsafe extern "C" fn mmap(
         // Out of tiered address space: an untiered mapping beats failing.
     }
     if fixed && touches_arena(addr as usize, len) {
+        if !is_plain(flags) {
+            return map_foreign_in_arena(addr as usize, len, prot, flags, fd, offset);
+        }
         return map_fixed_in_arena(addr as usize, len, prot, flags);
     }
     if flags & libc::MAP_FIXED_NOREPLACE != 0 && touches_arena(addr as usize, len) {
@@ -179,22 +182,25 @@ pub unsafe extern "C" fn mmap64(
     mmap(addr, len, prot, flags, fd, offset)
 }
 
-/// `MAP_FIXED` over tiered memory: a fresh private anonymous mapping there
-/// becomes zeroed tiered memory with the protection asked for (allocators
-/// decommit this way, and programs commit reserved `PROT_NONE` ranges).
-/// Mapping a file or shared memory over the arena would cut its
-/// userfaultfd registration, so it is refused.
+/// Private anonymous memory, which tiered memory can stand for.
+fn is_plain(flags: c_int) -> bool {
+    flags & libc::MAP_ANONYMOUS != 0 && flags & MAP_TYPE == libc::MAP_PRIVATE
+}
+
+/// `MAP_FIXED` of private anonymous memory over tiered memory: it becomes
+/// zeroed tiered memory with the protection asked for (allocators decommit
+/// this way, and programs commit reserved `PROT_NONE` ranges), a foreign
+/// mapping there included.
 unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int) -> *mut c_void {
     if !addr.is_multiple_of(BASE_PAGE) || len == 0 {
         set_errno(libc::EINVAL);
         return MAP_FAILED;
     }
-    let plain = flags & libc::MAP_ANONYMOUS != 0 && flags & MAP_TYPE == libc::MAP_PRIVATE;
-    if !plain {
-        set_errno(libc::ENOMEM);
-        return MAP_FAILED;
-    }
+    debug_assert!(is_plain(flags));
     let _inside = Guard::enter();
+    if let Err(e) = runtime().take_back_foreign(addr, len.next_multiple_of(BASE_PAGE)) {
+        return fail(core_errno(&e), MAP_FAILED);
+    }
     runtime().map_fixed_zero(addr, len);
     // Always: the range may have been reserved PROT_NONE, and a new
     // mapping takes the protection it asks for, as the kernel gives it.
@@ -202,6 +208,117 @@ unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int)
         return fail(core_errno(&e), MAP_FAILED);
     }
     addr as *mut c_void
+}
+
+/// `MAP_FIXED` of a file or shared memory over tiered memory: QEMU maps
+/// `memory-backend-memfd` guest RAM into a `PROT_NONE` reservation this
+/// way. That memory is not tiered: the runtime lets the range go (see
+/// tiermem-core's `transparent::foreign`), and a mapping as large as the
+/// budget is said on stderr. Only the lazily committed zone, where
+/// `tiermem run` places the program's mappings, can be given up; elsewhere
+/// it is refused (`ENOMEM`).
+///
+/// The kernel maps it elsewhere first and then moves it into place, so a
+/// mapping the kernel refuses (a bad descriptor, a read-only file mapped
+/// writable) fails with its error and leaves the range as it was.
+unsafe fn map_foreign_in_arena(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    let rt = runtime();
+    let span = len.next_multiple_of(BASE_PAGE);
+    if !addr.is_multiple_of(BASE_PAGE) || len == 0 {
+        set_errno(libc::EINVAL);
+        return MAP_FAILED;
+    }
+    if !rt.is_lazy_range(addr, span) {
+        set_errno(libc::ENOMEM);
+        return MAP_FAILED;
+    }
+    let trial = match raw::mmap(0, len, prot, flags & !libc::MAP_FIXED, fd, offset) {
+        Ok(p) => p,
+        Err(e) => return fail(e, MAP_FAILED),
+    };
+    let mapped = {
+        let _inside = Guard::enter();
+        move_into_arena(trial, addr, span)
+    };
+    match mapped {
+        Ok(p) => {
+            report_if_over_budget(len, prot, flags, fd);
+            p as *mut c_void
+        }
+        Err(e) => fail(e, MAP_FAILED),
+    }
+}
+
+/// Moves the foreign mapping at `trial` to `[addr, addr+span)` in the
+/// arena, which the runtime gives up first; it is unmapped if that fails.
+unsafe fn move_into_arena(trial: usize, addr: usize, span: usize) -> io::Result<usize> {
+    let rt = runtime();
+    let moved = match rt.take_back_foreign(addr, span) {
+        Ok(()) => {
+            rt.cede_to_foreign(addr, span);
+            let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+            let moved = raw::mremap(trial, span, span, flags, addr);
+            if moved.is_err() {
+                // Tiered memory again, zero-filled: its contents went
+                // when the runtime gave the range up.
+                let _ = rt.take_back_foreign(addr, span);
+            }
+            moved
+        }
+        Err(e) => Err(core_errno(&e)),
+    };
+    if moved.is_err() {
+        let _ = raw::munmap(trial, span);
+    }
+    moved
+}
+
+/// The parts of `[addr, addr+len)` that foreign mappings hold (none when
+/// the runtime is not active).
+fn foreign_parts(addr: usize, len: usize) -> Vec<std::ops::Range<usize>> {
+    match active() {
+        true => runtime().foreign_parts(addr, len),
+        false => Vec::new(),
+    }
+}
+
+/// `[addr, addr+len)` split at the edges of `parts` (sorted, inside it):
+/// each piece with whether it is one of them.
+pub(super) fn split_at(
+    addr: usize,
+    len: usize,
+    parts: &[std::ops::Range<usize>],
+) -> Vec<(std::ops::Range<usize>, bool)> {
+    let mut pieces = Vec::with_capacity(parts.len() * 2 + 1);
+    let mut at = addr;
+    for p in parts {
+        if p.start > at {
+            pieces.push((at..p.start, false));
+        }
+        pieces.push((p.clone(), true));
+        at = p.end;
+    }
+    if addr + len > at {
+        pieces.push((at..addr + len, false));
+    }
+    pieces
+}
+
+/// The pieces of `[addr, addr+len)` that are tiered memory, foreign
+/// mappings left out (for `mlock`).
+pub(super) fn tiered_pieces(addr: usize, len: usize) -> Vec<std::ops::Range<usize>> {
+    let parts = foreign_parts(addr, len);
+    split_at(addr, len, &parts)
+        .into_iter()
+        .filter_map(|(piece, foreign)| (!foreign).then_some(piece))
+        .collect()
 }
 
 /// `MAP_FIXED_NOREPLACE` over the arena: the kernel would refuse it
@@ -247,6 +364,10 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
         if let Err(e) = raw::munmap(from, to - from) {
             return fail(e, -1);
         }
+    }
+    // A foreign mapping goes, and tiered memory takes its place again.
+    if let Err(e) = runtime().take_back_foreign(a, len.next_multiple_of(BASE_PAGE)) {
+        return fail(core_errno(&e), -1);
     }
     match release_to_arena(a, len) {
         Ok(()) => 0,
@@ -312,6 +433,12 @@ pub unsafe extern "C" fn mremap(
             Ok(p) => p as *mut c_void,
             Err(e) => fail(e, MAP_FAILED),
         };
+    }
+    if !foreign_parts(o, old_len).is_empty() {
+        // Moving or resizing a foreign mapping inside the arena is not
+        // supported: the kernel would move it over tiered memory.
+        set_errno(libc::EINVAL);
+        return MAP_FAILED;
     }
     let supported = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
     if !o.is_multiple_of(BASE_PAGE) || new_len == 0 || old_len == 0 || flags & !supported != 0 {
@@ -405,7 +532,23 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
             return fail(e, -1);
         }
     }
-    advise_tiered(a, len, advice)
+    let (start, end) = runtime().arena_bounds();
+    let (from, to) = (a.max(start), (a + len).min(end));
+    let parts = foreign_parts(from, to - from);
+    for (piece, foreign) in split_at(from, to - from, &parts) {
+        let rc = match foreign {
+            // The kernel's own mapping: its advice, as the kernel takes it.
+            true => match raw::madvise(piece.start, piece.end - piece.start, advice) {
+                Ok(()) => 0,
+                Err(e) => fail(e, -1),
+            },
+            false => advise_tiered(piece.start, piece.end - piece.start, advice),
+        };
+        if rc != 0 {
+            return rc;
+        }
+    }
+    0
 }
 
 unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {

@@ -124,6 +124,15 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
                 true
             }
             Kind::Loading | Kind::Evicting => return Missing::Busy,
+            // The program is mapping something over this page with
+            // `MAP_FIXED`, and the access came between the runtime letting
+            // the page go and the kernel replacing the mapping: the thread
+            // is woken to access it again, which finds the new mapping (or
+            // faults once more).
+            Kind::Foreign => {
+                rt.uffd.wake(rt.page_addr(page), rt.page_size);
+                true
+            }
             // A lost page whose poison marker is no longer in the page
             // table: mark it again, so the access still gets SIGBUS.
             Kind::Poisoned => {

@@ -233,14 +233,19 @@ impl Shared {
     fn take_over_arena(&self) -> Result<()> {
         let rt = self;
         rt.uffd.replace_in_child()?;
-        let (start, end) = (rt.arena.addr(), rt.arena.addr() + rt.arena.len());
-        rt.uffd.register(start, end - start)?;
-        rt.uffd
-            .write_protect(start, end - start, true)
-            .map_err(|source| Error::Os {
-                what: "write-protecting the child's resident pages",
-                source,
-            })
+        // Foreign mappings (files, shared memory) are not tiered, here as in
+        // the parent; a file mapping would make the registration fail.
+        for span in rt.tiered_spans() {
+            let len = span.end - span.start;
+            rt.uffd.register(span.start, len)?;
+            rt.uffd
+                .write_protect(span.start, len, true)
+                .map_err(|source| Error::Os {
+                    what: "write-protecting the child's resident pages",
+                    source,
+                })?;
+        }
+        Ok(())
     }
 
     /// The parent's slots become read-only; new writes go to a file of our

@@ -127,7 +127,8 @@ impl Runtime {
         s.resident_bytes = rt.budget.charged() * page;
         s.peak_resident_bytes = rt.budget.peak() * page;
         s.budget_bytes = rt.budget.limit() * page;
-        s.allocated_bytes = allocated_pages * page;
+        // Foreign mappings hold allocated pages that are not tiered.
+        s.allocated_bytes = allocated_pages.saturating_sub(self.foreign_pages()) * page;
         s.backing_bytes = rt.store().allocated_bytes();
         s.stored_bytes = rt.slots().in_use() * page;
         s.parked_bytes = rt.slots().parked() * page;
@@ -182,7 +183,10 @@ impl Drop for Runtime {
         for t in self.threads.drain(..) {
             t.join();
         }
-        rt.uffd.unregister(rt.arena.addr(), rt.arena.len());
+        // Span by span: a foreign file mapping in a range refuses it whole.
+        for span in rt.tiered_spans() {
+            rt.uffd.unregister(span.start, span.end - span.start);
+        }
     }
 }
 

@@ -139,6 +139,9 @@ pub(crate) struct Shared {
     /// Every range locked since the last `munlockall` (a superset of what
     /// is locked now), so that it need not visit the whole arena.
     pub(crate) locked_ranges: Mutex<Vec<std::ops::Range<PageNo>>>,
+    /// Ranges of the arena where the program mapped memory tiermem does not
+    /// tier (`transparent::foreign`); their pages are `Foreign`.
+    foreign: Mutex<Vec<std::ops::Range<PageNo>>>,
     /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
     pub(crate) injector: Injector,
     pub(crate) store_errors: StoreErrors,
@@ -223,6 +226,7 @@ impl Shared {
             locked_pages: AtomicU64::new(0),
             pinned_for_io: AtomicU64::new(0),
             locked_ranges: Mutex::new(Vec::new()),
+            foreign: Mutex::new(Vec::new()),
             cipher: match errors.encrypt {
                 true => Some(PageCipher::new(arena_pages)?),
                 false => None,
@@ -272,6 +276,32 @@ impl Shared {
         &self,
     ) -> std::sync::MutexGuard<'_, Vec<std::ops::Range<PageNo>>> {
         self.locked_ranges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The ranges foreign mappings hold (see `transparent::foreign`).
+    pub(crate) fn foreign_ranges(&self) -> std::sync::MutexGuard<'_, Vec<std::ops::Range<PageNo>>> {
+        self.foreign.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The arena less the ranges foreign mappings hold: what is registered
+    /// with userfaultfd, as address ranges in ascending order.
+    pub(crate) fn tiered_spans(&self) -> Vec<std::ops::Range<usize>> {
+        let mut foreign = self.foreign_ranges().clone();
+        foreign.sort_by_key(|r| r.start);
+        let mut spans = Vec::with_capacity(foreign.len() + 1);
+        let mut at = self.arena.addr();
+        for r in foreign {
+            let (from, to) = (self.page_addr(r.start), self.page_addr(r.end));
+            if from > at {
+                spans.push(at..from);
+            }
+            at = at.max(to);
+        }
+        let end = self.arena.addr() + self.arena.len();
+        if end > at {
+            spans.push(at..end);
+        }
+        spans
     }
 
     pub(crate) fn store_cell(&self) -> &Replaceable<dyn Store> {
