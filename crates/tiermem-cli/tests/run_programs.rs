@@ -586,6 +586,69 @@ fn c_mremap_madvise_munmap_mprotect() {
 }
 
 // ---------------------------------------------------------------------------
+// Java.
+// ---------------------------------------------------------------------------
+
+/// A JVM whose 384 MiB heap lives in a 64 MiB budget: 256 MiB of long-lived
+/// arrays checked word by word twice, around a gigabyte of garbage and a
+/// full collection that copies and compacts them through tiered memory
+/// (`tests/programs/HeapCheck.java`). The JVM reserves its heap `PROT_NONE`
+/// and commits it with `MAP_FIXED`, and maps its class-data archive into a
+/// reservation with `MAP_FIXED` too.
+#[test]
+fn a_jvm_heap_four_times_the_budget_survives_collections() {
+    let (Some(javac), Some(java)) = (need("javac"), need("java")) else {
+        return;
+    };
+    let tmp = scratch("java");
+    let classes = tmp.path().join("classes");
+    let compiled = Command::new(&javac)
+        .arg("-d")
+        .arg(&classes)
+        .arg(repo_root().join("tests/programs/HeapCheck.java"))
+        .output()
+        .expect("running javac");
+    assert!(
+        compiled.status.success(),
+        "javac: {}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let jvm_args = |cmd: &mut Command| {
+        cmd.args(["-Xms384m", "-Xmx384m", "-Xshare:auto", "-cp"])
+            .arg(&classes)
+            .args(["HeapCheck", "256"]);
+    };
+    let mut cmd = Command::new(&java);
+    jvm_args(&mut cmd);
+    let native = run(cmd, "HeapCheck without tiermem");
+    native.assert_ok();
+
+    let mut cmd = tiermem_run("64M", tmp.path(), &java);
+    jvm_args(&mut cmd);
+    let tiered = run(cmd, "HeapCheck under tiermem run --dram 64M");
+    tiered.assert_ok();
+    assert_eq!(
+        native.stdout, tiered.stdout,
+        "HeapCheck printed otherwise under tiermem"
+    );
+    assert!(
+        tiered.stdout.starts_with("OK: 256 MiB"),
+        "{}",
+        tiered.stdout
+    );
+    let outs = assert_paged(&tiered.what, &tiered.stderr);
+    assert!(
+        !tiered.stderr.contains("does not tier"),
+        "the heap must be tiered:\n{}",
+        tiered.stderr
+    );
+    println!(
+        "java: without tiermem {:.2}s, under tiermem {:.2}s, {outs} page-outs",
+        native.secs, tiered.secs
+    );
+}
+
+// ---------------------------------------------------------------------------
 // Python.
 // ---------------------------------------------------------------------------
 
