@@ -137,7 +137,11 @@ fn untiered_reason(prot: c_int, flags: c_int, fd: c_int) -> Option<&'static str>
     let shared = flags & MAP_TYPE != libc::MAP_PRIVATE;
     if flags & libc::MAP_ANONYMOUS == 0 {
         return (shared && is_shared_memory(fd))
-            .then_some("shared memory (a memfd or /dev/shm file mapped MAP_SHARED) cannot be tiered by tiermem run");
+            .then_some(
+                "shared memory (a memfd or /dev/shm file mapped MAP_SHARED) cannot be tiered by tiermem run, \
+                 as whoever else holds the file reads its pages directly (a QEMU guest's RAM is tiered \
+                 without memory-backend-memfd)",
+            );
     }
     Some(if shared {
         "shared anonymous memory (MAP_SHARED) cannot be tiered by tiermem run"
