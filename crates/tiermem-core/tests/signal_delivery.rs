@@ -278,13 +278,16 @@ const CHILD: &str = "TIERMEM_TEST_SIGBUS_CHILD";
 /// tiermem, instead of being swallowed or raised forever: whether the
 /// SIGBUS handler before tiermem's was Rust's own (the test binary's), the
 /// default action, or "ignore" (which the kernel overrides for a SIGBUS
-/// raised by an access).
+/// raised by an access). And when the file is mapped inside the arena, over
+/// memory the runtime let go (`arena`: `tiermem run` does this for a
+/// `MAP_FIXED` file mapping in a reservation): the handler resolved such a
+/// fault as its own, and the access raised it again forever.
 #[test]
 fn a_foreign_sigbus_still_kills_the_process() {
     if let Some(before) = std::env::var_os(CHILD) {
         return foreign_sigbus_child(&before.to_string_lossy());
     }
-    for before in ["rust", "default", "ignore"] {
+    for before in ["rust", "default", "ignore", "arena"] {
         let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
             .args([
                 "--exact",
@@ -311,6 +314,28 @@ fn a_foreign_sigbus_still_kills_the_process() {
             "with a {before} handler before ours, the child must die of SIGBUS: {status:?}"
         );
     }
+}
+
+/// Moves the one-page mapping at `map` into lazily committed tiered
+/// memory that the runtime gives up for it, as `tiermem run` places a
+/// `MAP_FIXED` file mapping in a reservation.
+fn into_the_arena(rt: &Runtime, map: usize) -> *mut libc::c_void {
+    let at = rt.alloc_lazy(4096).expect("alloc_lazy").as_ptr() as usize;
+    // SAFETY: the page is ours, and nothing uses it while it changes hands.
+    unsafe { rt.cede_to_foreign(at, 4096) };
+    // SAFETY: moving our own one-page mapping over the page just given up.
+    let moved = unsafe {
+        libc::mremap(
+            map as *mut libc::c_void,
+            4096,
+            4096,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            at as *mut libc::c_void,
+        )
+    };
+    assert_eq!(moved as usize, at, "mremap into the arena");
+    assert_eq!(rt.foreign_parts(at, 4096), vec![at..at + 4096]);
+    moved
 }
 
 fn foreign_sigbus_child(before: &str) {
@@ -344,6 +369,10 @@ fn foreign_sigbus_child(before: &str) {
         )
     };
     assert_ne!(map, libc::MAP_FAILED);
+    let map = match before {
+        "arena" => into_the_arena(&rt, map as usize),
+        _ => map,
+    };
     file.set_len(0).expect("truncate");
     // SAFETY: deliberately touching a page past the end of the file, which
     // raises SIGBUS; the test expects this process to die of it.

@@ -113,3 +113,61 @@ fn map_fixed_zeroes_and_reclaims_a_range() {
         }
     }
 }
+
+/// A file mapped with `MAP_FIXED` over lazily committed memory the runtime
+/// gave up (`tiermem run` does this for QEMU's memfd guest RAM): first
+/// touches of the tiered pages before it, whose zero fills run ahead of
+/// them, and heavy paging on both sides leave every byte of the file as it
+/// was written; the range counts as allocated no more; taken back, it
+/// reads zeros and is tiered like the rest.
+#[test]
+fn a_foreign_mapping_is_left_alone_and_taken_back() {
+    let rt = runtime(2 * MIB as u64, 4096, PolicyKind::Clock);
+    let len = 8 * MIB;
+    let a = rt.alloc_lazy(3 * len).unwrap().as_ptr() as usize;
+    let middle = a + len;
+    let file = tempfile::tempfile_in("/var/tmp").expect("temp file");
+    let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+    std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).expect("writing the file");
+    // SAFETY: the range is ours, and nothing touches it while it changes hands.
+    unsafe { rt.cede_to_foreign(middle, len) };
+    // SAFETY: mapping our own file over the range the runtime gave up.
+    let mapped = unsafe {
+        libc::mmap(
+            middle as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
+    assert_eq!(mapped as usize, middle);
+    assert_eq!(rt.foreign_parts(a, 3 * len), vec![middle..middle + len]);
+
+    // Every page before the file first-touched in order, so zero fills run
+    // ahead right up to it; then both sides paged heavily.
+    let before = Stamped::stamp(a as *mut u8, len);
+    let after = Stamped::stamp((middle + len) as *mut u8, len);
+    before.verify().unwrap();
+    after.verify().unwrap();
+    // SAFETY: the file's mapping is ours and `len` bytes long.
+    let seen = unsafe { std::slice::from_raw_parts(middle as *const u8, len) };
+    assert!(seen == &bytes[..], "the file's bytes changed under tiermem");
+    let allocated = rt.stats().allocated_bytes;
+    assert_eq!(
+        allocated,
+        2 * len as u64,
+        "the file's range is not tiered memory"
+    );
+
+    // SAFETY: the file's mapping is no longer used.
+    unsafe { rt.take_back_foreign(middle, len) }.expect("taking the range back");
+    assert!(rt.foreign_parts(a, 3 * len).is_empty());
+    assert!((0..len).step_by(512).all(|o| read_word(middle + o) == 0));
+    let taken = Stamped::stamp(middle as *mut u8, len);
+    before.verify().unwrap();
+    taken.verify().unwrap();
+    after.verify().unwrap();
+    assert!(rt.stats().page_outs > 0, "the test must page");
+}

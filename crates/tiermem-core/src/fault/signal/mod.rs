@@ -46,7 +46,7 @@ use super::readahead::Window;
 use super::resolve::{begin_fault, claim_for_prefetch_if_free, resolve_fault, Missing};
 use super::uring::{must_enter, PollClock};
 use crate::error::{Error, Result};
-use crate::page_table::PageNo;
+use crate::page_table::{Kind, PageNo};
 use crate::shared::Shared;
 use crate::store_errors::ReadFailure;
 use crate::sys::signal::{install_bus_handler, BusFault};
@@ -136,7 +136,7 @@ fn on_bus_fault(bus: &BusFault) -> bool {
         // SAFETY: a registered runtime lives until `unregister` has cleared
         // its slot and then seen its users at zero; we count as one.
         let ours = unsafe { ptr.as_ref() }.is_some_and(|rt| {
-            rt.page_of(bus.address).is_some() && {
+            is_tiered(rt, bus.address) && {
                 resolve_without_cancellation(rt, bus);
                 true
             }
@@ -144,6 +144,15 @@ fn on_bus_fault(bus: &BusFault) -> bool {
         users.fetch_sub(1, Ordering::SeqCst);
         ours
     })
+}
+
+/// Whether `addr` is tiered memory of `rt`. A foreign mapping in the arena
+/// (a file the program mapped there with `MAP_FIXED`) raises SIGBUS of its
+/// own, past the end of its file say, which the program's handler or the
+/// default action must get: resolving it would retry the access forever.
+fn is_tiered(rt: &Shared, addr: usize) -> bool {
+    rt.page_of(addr)
+        .is_some_and(|page| rt.table.load(page).kind() != Kind::Foreign)
 }
 
 /// [`resolve`] with thread cancellation held off: a cancellation acted on
