@@ -2,16 +2,16 @@
 //! processes, from the command line (the protocol is in
 //! `tiermem_host::control`).
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixStream};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use tiermem_bench::report::human_bytes;
-use tiermem_host::control::{listening_pids, socket_name};
+use tiermem_host::control::listening_pids;
+
+use crate::control_client::{ask, stats_of};
 
 /// Watch or steer a running tiered process: its statistics, and its DRAM
 /// budget, changed live (how an operator moves a VM between Gold, Silver
@@ -77,47 +77,6 @@ pub struct TopArgs {
     /// process.
     #[arg(long, requires = "once")]
     json: bool,
-}
-
-/// Sends `request` to process `pid` and returns its one-line reply.
-fn ask(pid: u32, request: &str) -> anyhow::Result<String> {
-    let addr = SocketAddr::from_abstract_name(socket_name(pid))?;
-    let mut stream = UnixStream::connect_addr(&addr).map_err(|e| {
-        anyhow!(
-            "process {pid} has no tiermem control socket ({e}): it is not running, is not \
-             tiered (tiermem run, or the C API), or was started with TIERMEM_CONTROL=off"
-        )
-    })?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let refused =
-        || anyhow!("process {pid} refused the request: only its own user and root may control it");
-    // A refused peer's connection is closed unread: the write or the read
-    // then fails, or the reply is empty.
-    let mut reply = String::new();
-    let exchanged = stream
-        .write_all(format!("{request}\n").as_bytes())
-        .and_then(|()| BufReader::new(stream).read_line(&mut reply));
-    match exchanged {
-        Ok(_) if reply.is_empty() => Err(refused()),
-        Ok(_) => Ok(reply.trim_end().to_string()),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-            ) =>
-        {
-            Err(refused())
-        }
-        Err(e) => Err(e).with_context(|| format!("asking process {pid}")),
-    }
-}
-
-fn stats_of(pid: u32) -> anyhow::Result<Value> {
-    let reply = ask(pid, "stats")?;
-    if let Some(msg) = reply.strip_prefix("error ") {
-        bail!("process {pid}: {msg}");
-    }
-    serde_json::from_str(&reply).with_context(|| format!("process {pid} sent unreadable stats"))
 }
 
 /// Runs `tiermem ctl`; the exit code.

@@ -4,6 +4,7 @@ mod bench_cmd;
 mod bench_suite;
 mod bench_vm_cmd;
 mod compressed_args;
+mod control_client;
 mod ctl_cmd;
 mod data_args;
 mod device_cmd;

@@ -570,6 +570,200 @@ fn shared_memory_mapped_into_a_reservation_is_the_kernel_s_and_said() {
     );
 }
 
+/// A program that ends without running its exit handlers (a direct
+/// `exit_group`, as every Go program ends, or SIGKILL) still gets its
+/// statistics: `tiermem run` took them from the control socket while it
+/// ran, and prints the last summary and writes the last JSON, saying how
+/// they ended and how old the figures are. One that exits normally reports
+/// itself, once, with no such note. Before, both printed nothing.
+#[test]
+fn a_program_that_skips_its_exit_handlers_still_gets_its_statistics() {
+    let tmp = scratch("raw-exit");
+    let Some(exe) = compile_c("preload_raw_exit", tmp.path()) else {
+        return;
+    };
+    for (how, note) in [
+        (
+            "exit_group",
+            Some("ended without running its exit handlers"),
+        ),
+        ("kill", Some("was killed by signal 9")),
+        ("exit", None),
+    ] {
+        let json = tmp.path().join(format!("{how}.json"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tiermem"));
+        cmd.args(["run", "--dram", "16M", "--backing"])
+            .arg(tmp.path())
+            .arg("--stats")
+            .arg("--stats-file")
+            .arg(&json)
+            .arg("--")
+            .arg(&exe)
+            .args(["64", how])
+            .env("TIERMEM_LIB", libtiermem());
+        let ran = run(cmd, &format!("preload_raw_exit ending by {how}"));
+        assert!(
+            ran.stdout.starts_with("OK: 64 MiB"),
+            "{how}: {}",
+            ran.stdout
+        );
+        let summaries = ran
+            .stderr
+            .matches("── tiermem: preload_raw_exit (pid")
+            .count();
+        assert_eq!(summaries, 1, "{how}: one summary:\n{}", ran.stderr);
+        let stats: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{how}: no stats file: {e}")),
+        )
+        .unwrap_or_else(|e| panic!("{how}: the stats file: {e}"));
+        assert_eq!(stats["schema"], "tiermem.run-stats/1", "{how}: {stats}");
+        assert!(
+            stats["stats"]["page_outs"].as_u64().unwrap_or(0) > 0,
+            "{how}: the program paged: {stats}"
+        );
+        match note {
+            Some(note) => {
+                assert!(ran.stderr.contains(note), "{how}:\n{}", ran.stderr);
+                assert!(
+                    ran.stderr.contains("its statistics as of"),
+                    "{}",
+                    ran.stderr
+                );
+                assert!(stats["taken_before_exit_ms"].is_u64(), "{how}: {stats}");
+            }
+            None => {
+                assert!(ran.status.success(), "{}", ran.stderr);
+                assert!(!ran.stderr.contains("exit handlers"), "{}", ran.stderr);
+                assert!(stats.get("taken_before_exit_ms").is_none(), "{stats}");
+            }
+        }
+    }
+}
+
+/// Discards made with the program's own `madvise` system call (the
+/// syscall instruction, as Go's runtime makes them), which no interposer
+/// sees, while the evictor copies those very pages: the program neither
+/// hangs (a discarded page faulted forever as a duplicate, and the
+/// evictor's copy of one waited for itself) nor reads a page that is
+/// neither its bytes nor zeros (`tests/c/preload_raw_discard.c`).
+#[test]
+fn discards_by_the_program_s_own_system_calls_neither_hang_nor_tear_pages() {
+    let stderr = c_program_with("preload_raw_discard", "16M", &[], &|_| vec!["24".into()]);
+    if stderr.is_empty() {
+        return; // no C compiler: compile_c said so
+    }
+    assert!(
+        stderr.contains("by the program's own madvise system calls"),
+        "the summary counts the discards:\n{stderr}"
+    );
+}
+
+/// The Go toolchain: `go` on PATH, or where the official tarball puts it.
+fn go_toolchain() -> Option<PathBuf> {
+    find_in_path("go")
+        .or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|p| p.exists()))
+        .or_else(|| need("go"))
+}
+
+/// A Go program built with cgo (`tests/programs/go_heap`): its heap is
+/// tiered, it returns memory with its own `madvise` system calls, and it
+/// ends with a direct `exit_group`. It hung before; now every word is
+/// right and `--stats` shows its statistics, taken while it ran.
+#[test]
+fn a_go_program_with_cgo_is_tiered_and_reported() {
+    let Some(go) = go_toolchain() else {
+        return;
+    };
+    let tmp = scratch("go");
+    let exe = tmp.path().join("go_heap");
+    let built = Command::new(&go)
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg(".")
+        .current_dir(repo_root().join("tests/programs/go_heap"))
+        .env("CGO_ENABLED", "1")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOCACHE", tmp.path().join("gocache"))
+        .output()
+        .expect("running go build");
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let mut cmd = tiermem_run("64M", tmp.path(), &exe);
+    cmd.env("TIERMEM_LIB", libtiermem());
+    let ran = run(cmd, "go_heap under tiermem run --dram 64M");
+    ran.assert_ok();
+    assert!(
+        ran.stderr
+            .contains("ended without running its exit handlers"),
+        "{}",
+        ran.stderr
+    );
+    let outs = assert_paged(&ran.what, &ran.stderr);
+    println!("go: {:.2}s under tiermem, {outs} page-outs", ran.secs);
+}
+
+/// A statically linked program never loads tiermem's library (the dynamic
+/// loader reads `LD_PRELOAD`, and it has none), so none of its memory
+/// would be tiered: `tiermem run` refuses it, and a script run by one,
+/// before either starts. It ran untiered and silent before.
+#[test]
+fn a_statically_linked_program_is_refused_before_it_runs() {
+    let Some(cc) = need("cc") else {
+        return;
+    };
+    let tmp = scratch("static");
+    let src = tmp.path().join("marks.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(int c, char **v) { FILE *f = fopen(v[c - 1], \"w\"); return f ? 0 : 1; }\n",
+    )
+    .unwrap();
+    let exe = tmp.path().join("marks");
+    let built = Command::new(cc)
+        .arg("-static")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "cc -static: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let script = tmp.path().join("script");
+    std::fs::write(&script, format!("#!{}\n", exe.display())).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for (program, said) in [
+        (&exe, "is statically linked"),
+        (&script, "is a script whose interpreter"),
+    ] {
+        let marker = tmp.path().join("ran");
+        let out = Command::new(env!("CARGO_BIN_EXE_tiermem"))
+            .args(["run", "--dram", "16M", "--"])
+            .arg(program)
+            .arg(&marker)
+            .env("TIERMEM_LIB", libtiermem())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{stderr}");
+        assert!(
+            stderr.contains(said) && stderr.contains("nothing was run"),
+            "{stderr}"
+        );
+        assert!(!marker.exists(), "{} ran", program.display());
+    }
+    // The same program runs without tiermem: the test's program works.
+    let marker = tmp.path().join("ran");
+    assert!(Command::new(&exe).arg(&marker).status().unwrap().success());
+    assert!(marker.exists());
+}
+
 /// Memory whose protection the program changed (a guard page) and then
 /// unmapped comes back read-write when the arena hands it out again (it
 /// kept the old protection, and the next mapping's first write crashed).

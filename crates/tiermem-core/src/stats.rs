@@ -37,6 +37,7 @@ pub struct Counters {
     pub bytes_written: AtomicU64,
     pub write_batches: AtomicU64,
     pub duplicate_faults: AtomicU64,
+    pub discarded_behind_our_back: AtomicU64,
     pub budget_waits: AtomicU64,
     pub unexpected_present: AtomicU64,
     /// Untouched pages zero-filled ahead of a run of first touches in order.
@@ -238,6 +239,9 @@ pub struct Stats {
     pub write_batches: u64,
     /// Missing faults on pages another fault had already installed.
     pub duplicate_faults: u64,
+    /// Base pages the program discarded with its own `madvise` system call
+    /// (Go's runtime does), which read zeros again when next touched.
+    pub discarded_behind_our_back: u64,
     /// Faults that had to wait for the evictor to free DRAM.
     pub budget_waits: u64,
     /// Installs that found the page already mapped by someone else, whose
@@ -405,6 +409,7 @@ impl Counters {
         s.bytes_written = self.bytes_written.load(Relaxed);
         s.write_batches = self.write_batches.load(Relaxed);
         s.duplicate_faults = self.duplicate_faults.load(Relaxed);
+        s.discarded_behind_our_back = self.discarded_behind_our_back.load(Relaxed);
         s.budget_waits = self.budget_waits.load(Relaxed);
         s.unexpected_present = self.unexpected_present.load(Relaxed);
         s.zero_fills_ahead = self.zero_fills_ahead.load(Relaxed);

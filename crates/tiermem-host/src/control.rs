@@ -11,7 +11,10 @@
 //! A request is one line; the reply is one line, then the server closes:
 //! - `stats` → the statistics as JSON (schema `tiermem.stats/1`, in the
 //!   envelope every tiermem result carries);
-//! - `budget BYTES` → `ok OLD NEW` (both in bytes) or `error MESSAGE`.
+//! - `budget BYTES` → `ok OLD NEW` (both in bytes) or `error MESSAGE`;
+//! - `summary` → the one-screen summary `tiermem run --stats` prints at
+//!   exit, as one JSON string (`tiermem run` takes it while the program
+//!   runs, for a program that ends without running its exit handlers).
 
 /// The abstract name's prefix (without the leading NUL).
 pub const NAME_PREFIX: &str = "tiermem-ctl-";

@@ -13,6 +13,7 @@ pub mod format;
 pub mod histogram;
 pub mod mounts;
 pub mod ns;
+pub mod stats_file;
 
 use serde_json::{Map, Value};
 

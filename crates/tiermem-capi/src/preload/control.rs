@@ -119,6 +119,10 @@ fn reply_to(rt: &'static Runtime, request: &str) -> String {
             );
             json.to_string() + "\n"
         }
+        (Some("summary"), None, None) => {
+            let text = exit_stats::summary(&program_name(), std::process::id(), &rt.stats());
+            serde_json::Value::String(text).to_string() + "\n"
+        }
         (Some("budget"), Some(bytes), None) => match bytes.parse::<u64>() {
             Ok(new) => {
                 let old = rt.dram_budget();
@@ -130,7 +134,7 @@ fn reply_to(rt: &'static Runtime, request: &str) -> String {
             Err(_) => format!("error budget {bytes:?} is not a number of bytes\n"),
         },
         _ => format!(
-            "error unknown request {:?}: expected `stats` or `budget BYTES`\n",
+            "error unknown request {:?}: expected `stats`, `summary` or `budget BYTES`\n",
             one_line(request)
         ),
     }

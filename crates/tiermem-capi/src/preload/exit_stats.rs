@@ -30,7 +30,7 @@ pub fn register() {
 static STATS_FILE: OnceLock<String> = OnceLock::new();
 
 /// The `schema` of the JSON summary.
-pub const STATS_SCHEMA: &str = "tiermem.run-stats/1";
+pub const STATS_SCHEMA: &str = tiermem_host::stats_file::SCHEMA;
 
 /// Writes the statistics as JSON to `template` (`%p` replaced by the
 /// pid) at exit.
@@ -40,26 +40,6 @@ pub fn register_file(template: String) {
         // SAFETY: registers a plain extern "C" function with no arguments.
         unsafe { libc::atexit(write_file_at_exit) };
     }
-}
-
-/// `template` with every `%p` replaced by `pid` (and `%%` by `%`).
-pub fn expand_stats_path(template: &str, pid: u32) -> String {
-    let mut out = String::with_capacity(template.len() + 8);
-    let mut chars = template.chars();
-    while let Some(c) = chars.next() {
-        match (c, chars.clone().next()) {
-            ('%', Some('p')) => {
-                out.push_str(&pid.to_string());
-                chars.next();
-            }
-            ('%', Some('%')) => {
-                out.push('%');
-                chars.next();
-            }
-            _ => out.push(c),
-        }
-    }
-    out
 }
 
 /// The summary as JSON: the envelope, the program and its pid, and every
@@ -111,13 +91,14 @@ extern "C" fn write_file_at_exit() {
         return;
     }
     let pid = std::process::id();
-    let path = expand_stats_path(template, pid);
+    let path = tiermem_host::stats_file::expand(template, pid);
     let json = stats_json(&program_name(), pid, &stats);
     let text = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";
     if let Err(e) = std::fs::write(&path, text) {
         let msg = format!("tiermem: writing the statistics to {path} failed: {e}\n");
         write_all(stderr_fd(), msg.as_bytes());
     }
+    note_reported();
 }
 
 /// Says at exit, if this process paged anything, that its pages went to a
@@ -151,6 +132,21 @@ extern "C" fn print_at_exit() {
     let s = runtime().stats();
     let text = summary(&program_name(), std::process::id(), &s);
     write_all(stderr_fd(), text.as_bytes());
+    note_reported();
+}
+
+/// Tells `tiermem run` that this process reported at exit: its pid, one
+/// line, on the descriptor `TIERMEM_REPORTED_FD` names. A program that
+/// ends without its exit handlers (a direct `exit_group`, as Go programs
+/// make, or a fatal signal) never gets here, and `tiermem run` reports
+/// the last statistics it took instead.
+fn note_reported() {
+    let fd = std::env::var(tiermem_host::stats_file::ENV_REPORTED_FD)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok());
+    if let Some(fd) = fd.filter(|fd| *fd > 2) {
+        write_all(fd, format!("{}\n", std::process::id()).as_bytes());
+    }
 }
 
 extern "C" fn report_spill() {
@@ -283,7 +279,19 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     text.push_str(&errors_line(s));
     text.push_str(&pinned_line(s));
     text.push_str(&parked_line(s));
+    text.push_str(&discarded_line(s));
     text
+}
+
+/// Pages the program discarded with its own `madvise` system call (when any).
+fn discarded_line(s: &Stats) -> String {
+    if s.discarded_behind_our_back == 0 {
+        return String::new();
+    }
+    format!(
+        "discarded       {} page(s) by the program's own madvise system calls, zero-filled when touched again\n",
+        s.discarded_behind_our_back,
+    )
 }
 
 /// The dictionaries, as the compressed line names them.
@@ -382,13 +390,6 @@ fn errors_line(s: &Stats) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_stats_path_expands_the_pid() {
-        assert_eq!(expand_stats_path("/tmp/s-%p.json", 42), "/tmp/s-42.json");
-        assert_eq!(expand_stats_path("/tmp/100%%-%p", 7), "/tmp/100%-7");
-        assert_eq!(expand_stats_path("/tmp/plain%", 7), "/tmp/plain%");
-    }
 
     #[test]
     fn the_run_program_always_writes_and_helpers_only_their_own_paging() {

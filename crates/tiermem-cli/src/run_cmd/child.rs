@@ -9,6 +9,7 @@ use anyhow::Context;
 use signal_hook::iterator::exfiltrator::WithRawSiginfo;
 use signal_hook::iterator::SignalsInfo;
 
+use super::last_stats::LastStats;
 use super::stop::Stop;
 
 /// Signals sent to `tiermem run` that the program receives too.
@@ -25,8 +26,13 @@ const FORWARDED: [libc::c_int; 9] = [
 ];
 
 /// Starts the program, forwards signals to it until it exits, and returns
-/// its exit status as a shell reports it.
-pub(super) fn spawn_and_wait(mut cmd: Command, argv0: &OsStr) -> Result<i32, Stop> {
+/// its exit status as a shell reports it. With `last_stats`, reports for a
+/// program that ended without reporting itself.
+pub(super) fn spawn_and_wait(
+    mut cmd: Command,
+    argv0: &OsStr,
+    mut last_stats: Option<LastStats>,
+) -> Result<i32, Stop> {
     // Registered before the program starts, so that no signal meant for it
     // can kill tiermem run first and leave the program running alone.
     let mut signals =
@@ -40,10 +46,16 @@ pub(super) fn spawn_and_wait(mut cmd: Command, argv0: &OsStr) -> Result<i32, Sto
         }
     })?;
     let pid = child.id() as libc::pid_t;
+    if let Some(watch) = &mut last_stats {
+        watch.watch(pid as u32);
+    }
     loop {
         // Only this thread reaps the child, and it signals the child only
         // before reaping it: the pid cannot have been reused.
         if let Some(status) = child.try_wait().context("waiting for the program")? {
+            if let Some(watch) = last_stats {
+                watch.finish(pid as u32, status, &argv0.to_string_lossy());
+            }
             return Ok(shell_status(status));
         }
         for info in signals.wait() {

@@ -25,6 +25,8 @@ mod args;
 mod child;
 mod command;
 mod config;
+mod last_stats;
+mod linkage;
 mod preflight;
 mod stop;
 
@@ -33,6 +35,8 @@ pub use args::RunArgs;
 use child::spawn_and_wait;
 use command::{ld_preload, resolve_command, stats_file_template};
 use config::{resolve_config, resolve_mmap_threshold, ENV_MMAP_THRESHOLD};
+use last_stats::LastStats;
+use linkage::check_loads_the_library;
 use preflight::{check_backing_path, preflight_runtime};
 use stop::Stop;
 
@@ -63,6 +67,7 @@ fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
             ))
         }
     };
+    check_loads_the_library(&program, &argv0.to_string_lossy())?;
     let lib = preload_library::find().map_err(anyhow::Error::from)?;
     let mmap_threshold = resolve_mmap_threshold(args, &env)?;
     check_backing_path(&config.backing, args.backing.is_some())?;
@@ -79,10 +84,21 @@ fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
     if args.stats {
         cmd.env(ENV_STATS, "1");
     }
-    if let Some(path) = &args.stats_file {
-        cmd.env(ENV_STATS_FILE, stats_file_template(path)?);
+    let stats_file = args
+        .stats_file
+        .as_deref()
+        .map(stats_file_template)
+        .transpose()?;
+    if let Some(template) = &stats_file {
+        cmd.env(ENV_STATS_FILE, template);
         cmd.env(ENV_STATS_OWNER, std::process::id().to_string());
     }
+    let last_stats = LastStats::prepare(
+        &mut cmd,
+        args.stats,
+        stats_file.map(|t| t.to_string_lossy().into_owned()),
+    )
+    .map_err(|e| Stop::new(1, format!("setting up the statistics pipe: {e}")))?;
     if let Some(t) = mmap_threshold {
         cmd.env(ENV_MMAP_THRESHOLD, t);
     }
@@ -95,5 +111,5 @@ fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
             .map_err(|e| Stop::new(2, format!("--cpus: {e}")))?;
         restrict_command(&mut cmd, &cpus);
     }
-    spawn_and_wait(cmd, argv0)
+    spawn_and_wait(cmd, argv0, last_stats)
 }

@@ -40,6 +40,7 @@ use move_first::{Source, Staging};
 
 pub(crate) fn evictor_loop(rt: &Shared) {
     keep_off_the_fault_path();
+    rt.set_evictor_thread();
     let mut ev = Evictor::new(rt);
     while !rt.stopping() {
         if rt.pause.requested() && rt.pause.parked() >= rt.config.handler_threads {
@@ -410,11 +411,7 @@ impl<'a> Evictor<'a> {
         if source == Source::Mapped && rt.pins.unreadable(page) {
             self.fill_through_self_mem(frame, addr);
         } else {
-            // SAFETY: the page is resident and write-protected, or moved out
-            // to staging, and we own it; the program has not taken read
-            // access away (`unreadable` is set before it does), so it is
-            // readable and stable for a page; the frame is ours.
-            unsafe { rt.frames.fill(frame, src as *const u8) };
+            self.copy_mapped_or_staged(frame, src, source == Source::Mapped);
         }
         Some(Demoted {
             page,
@@ -424,6 +421,29 @@ impl<'a> Evictor<'a> {
     }
 
     /// Copies the page at `addr`, which the program made unreadable, into
+    /// Copies the victim at `src` into `frame`. A mapped page the program
+    /// discarded behind our back faults here, and reads zeros from then
+    /// on (`fault::discarded`): the watch lets a handler waiting for DRAM
+    /// unblock the copy, and a copy that zeros went into partway is made
+    /// again, so that it never holds bytes from both sides of a discard.
+    fn copy_mapped_or_staged(&self, frame: crate::frames::FrameNo, src: usize, mapped: bool) {
+        let rt = self.rt;
+        loop {
+            if mapped {
+                rt.copy_watch.begin(src);
+            }
+            // SAFETY: the page is resident and write-protected, or moved out
+            // to staging, and we own it; the program has not taken read
+            // access away (`unreadable` is set before it does), so it is
+            // readable for a page, and stable but for a discard, after
+            // which it reads zeros; the frame is ours.
+            unsafe { rt.frames.fill(frame, src as *const u8) };
+            if !mapped || rt.copy_watch.end(src) {
+                return;
+            }
+        }
+    }
+
     /// `frame` through /proc/self/mem, which ignores protections.
     fn fill_through_self_mem(&mut self, frame: FrameNo, addr: usize) {
         use std::os::unix::fs::FileExt;

@@ -26,7 +26,9 @@
 //!    - **missing**, page `Compressed`: decompress it from the compressed
 //!      pool, no I/O ([`compressed`]);
 //!    - **missing**, page already `Resident`: a duplicate fault another
-//!      thread resolved; wake the waiter;
+//!      thread resolved, wake the waiter; or a page the program discarded
+//!      with a system call of its own, which reads zeros again
+//!      ([`discarded`]);
 //!    - **write-protect**, page `Resident` and clean: mark it dirty, drop
 //!      its now-stale slot, and lift the protection (which wakes the
 //!      writer);
@@ -55,6 +57,7 @@
 
 mod compressed;
 mod conflict;
+pub(crate) mod discarded;
 mod fork_window;
 mod install;
 mod markers;

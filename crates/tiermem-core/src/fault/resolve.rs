@@ -10,6 +10,7 @@
 
 use super::compressed;
 use super::conflict;
+use super::discarded::{self, Served};
 use super::install::{finish_resident, installs_wake, rescue_from_probation};
 use super::markers::prefetch_used;
 use super::page_read::PageRead;
@@ -113,16 +114,21 @@ fn resolve_missing(rt: &Shared, page: PageNo, fault: &Fault) -> Missing {
                 compressed::install_compressed(rt, page, state, fault.write, started);
                 return Missing::Resolved;
             }
-            Kind::Resident => {
-                // Another fault (or read-ahead) installed it first.
-                if state.is_prefetched() {
+            // Another fault or the read-ahead installed it first, or the
+            // program discarded it with a system call of its own.
+            Kind::Resident => match discarded::serve_resident(rt, page, state, fault) {
+                Served::Changed => continue,
+                Served::Duplicate if state.is_prefetched() => {
                     prefetch_used(rt, page);
-                } else {
-                    Counters::add(&rt.counters.duplicate_faults, 1);
+                    true
                 }
-                rt.uffd.wake(rt.page_addr(page), rt.page_size);
-                true
-            }
+                Served::Duplicate => {
+                    Counters::add(&rt.counters.duplicate_faults, 1);
+                    true
+                }
+                Served::Zeroed => true,
+            },
+            Kind::Evicting if discarded::zeros_for_the_evictor(rt, fault) => true,
             Kind::Loading | Kind::Evicting => return Missing::Busy,
             // The program is mapping something over this page with
             // `MAP_FIXED`, and the access came between the runtime letting

@@ -16,10 +16,11 @@ impl Shared {
             self.budget.charge_past_limit();
             return;
         }
-        if self
-            .budget
-            .charge(|| self.kick_evictor(), |waited| self.report_stall(waited))
-        {
+        let kick = || {
+            self.kick_evictor();
+            self.copy_watch.unblock_a_stuck_copy(self);
+        };
+        if self.budget.charge(kick, |waited| self.report_stall(waited)) {
             Counters::add(&self.counters.budget_waits, 1);
         }
     }

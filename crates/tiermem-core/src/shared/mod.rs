@@ -17,7 +17,7 @@ mod dram;
 mod store_io;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crossbeam_queue::SegQueue;
@@ -142,6 +142,11 @@ pub(crate) struct Shared {
     /// Ranges of the arena where the program mapped memory tiermem does not
     /// tier (`transparent::foreign`); their pages are `Foreign`.
     foreign: Mutex<Vec<std::ops::Range<PageNo>>>,
+    /// The evictor thread's id (0 before it starts), for faults it takes
+    /// itself (`fault::discarded`).
+    evictor_tid: AtomicU32,
+    /// The page the evictor is copying (`fault::discarded`).
+    pub(crate) copy_watch: crate::fault::discarded::CopyWatch,
     /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
     pub(crate) injector: Injector,
     pub(crate) store_errors: StoreErrors,
@@ -227,6 +232,8 @@ impl Shared {
             pinned_for_io: AtomicU64::new(0),
             locked_ranges: Mutex::new(Vec::new()),
             foreign: Mutex::new(Vec::new()),
+            evictor_tid: AtomicU32::new(0),
+            copy_watch: crate::fault::discarded::CopyWatch::new(),
             cipher: match errors.encrypt {
                 true => Some(PageCipher::new(arena_pages)?),
                 false => None,
@@ -276,6 +283,18 @@ impl Shared {
         &self,
     ) -> std::sync::MutexGuard<'_, Vec<std::ops::Range<PageNo>>> {
         self.locked_ranges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The evictor thread's id, 0 before it starts.
+    pub(crate) fn evictor_thread_id(&self) -> u32 {
+        self.evictor_tid.load(Ordering::Relaxed)
+    }
+
+    /// Records the calling thread as the evictor.
+    pub(crate) fn set_evictor_thread(&self) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        self.evictor_tid.store(tid, Ordering::Relaxed);
     }
 
     /// The ranges foreign mappings hold (see `transparent::foreign`).

@@ -1,0 +1,3 @@
+module tiermem.test/go_heap
+
+go 1.19
