@@ -132,9 +132,12 @@ impl LastStats {
     /// the run (its children) may hold the write end still, so the read
     /// never waits.
     fn reported_by(&mut self, pid: u32) -> bool {
-        let mut text = String::new();
-        let _ = self.reported.read_to_string(&mut text);
-        text.lines().any(|l| l.trim() == pid.to_string())
+        // What was read stays in `bytes` when the read stops at EAGAIN.
+        let mut bytes = Vec::new();
+        let _ = self.reported.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .any(|l| l.trim() == pid.to_string())
     }
 }
 

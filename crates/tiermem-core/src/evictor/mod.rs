@@ -408,11 +408,8 @@ impl<'a> Evictor<'a> {
             rt.policy.admit(&rt.table, page);
             return None;
         };
-        if source == Source::Mapped && rt.pins.unreadable(page) {
-            self.fill_through_self_mem(frame, addr);
-        } else {
-            self.copy_mapped_or_staged(frame, src, source == Source::Mapped);
-        }
+        let through_self_mem = source == Source::Mapped && rt.pins.unreadable(page);
+        self.copy_victim(frame, src, source == Source::Mapped, through_self_mem);
         Some(Demoted {
             page,
             state,
@@ -426,18 +423,24 @@ impl<'a> Evictor<'a> {
     /// on (`fault::discarded`): the watch lets a handler waiting for DRAM
     /// unblock the copy, and a copy that zeros went into partway is made
     /// again, so that it never holds bytes from both sides of a discard.
-    fn copy_mapped_or_staged(&self, frame: crate::frames::FrameNo, src: usize, mapped: bool) {
+    ///
+    /// A page the program made unreadable is read through /proc/self/mem.
+    fn copy_victim(&mut self, frame: FrameNo, src: usize, mapped: bool, through_self_mem: bool) {
         let rt = self.rt;
         loop {
             if mapped {
                 rt.copy_watch.begin(src);
             }
-            // SAFETY: the page is resident and write-protected, or moved out
-            // to staging, and we own it; the program has not taken read
-            // access away (`unreadable` is set before it does), so it is
-            // readable for a page, and stable but for a discard, after
-            // which it reads zeros; the frame is ours.
-            unsafe { rt.frames.fill(frame, src as *const u8) };
+            if through_self_mem {
+                self.fill_through_self_mem(frame, src);
+            } else {
+                // SAFETY: the page is resident and write-protected, or moved
+                // out to staging, and we own it; the program has not taken
+                // read access away (`unreadable` is set before it does), so
+                // it is readable for a page, and stable but for a discard,
+                // after which it reads zeros; the frame is ours.
+                unsafe { rt.frames.fill(frame, src as *const u8) };
+            }
             if !mapped || rt.copy_watch.end(src) {
                 return;
             }
