@@ -19,16 +19,15 @@
 //! The evictor's own fault on such a page is served the same way, by the
 //! handler that reads it. But when every handler is waiting for DRAM, which
 //! only the evictor frees, none reads it: so the evictor says which page
-//! it is copying ([`CopyWatch`]), and a handler waiting for DRAM that sees
-//! the evictor on one page for two of its checks installs the zeros
-//! itself.
+//! it is copying, and a handler waiting for DRAM that sees it on one page
+//! for two of its checks installs the zeros itself
+//! ([`copy_watch`](super::copy_watch)).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
+use super::copy_watch::zero_fill;
 use crate::page_table::{Kind, PageNo, PageState};
 use crate::shared::Shared;
 use crate::stats::Counters;
-use crate::sys::uffd::{Copied, Fault};
+use crate::sys::uffd::Fault;
 
 /// What a missing fault on a page the table says is mapped came to.
 pub(super) enum Served {
@@ -49,27 +48,44 @@ pub(super) fn serve_resident(rt: &Shared, page: PageNo, state: PageState, fault:
         return Served::Changed;
     }
     let base = fault.address & !(rt.base_page - 1);
-    // SAFETY: `zero_run` holds at least a page of zeros; `base` is a base
-    // page of a registered page we own (`Loading`).
-    let copied = unsafe {
-        rt.uffd
-            .copy(base, rt.zero_run.as_ptr(), rt.base_page, false, true)
+    // SAFETY: we own the page (`Loading`).
+    if unsafe { install_zeros(rt, base, false) } {
+        // Its content is no longer its slot's: written back if evicted.
+        rt.table
+            .finish(page, state.with_dirty(true).with_prefetched(false));
+        return Served::Zeroed;
+    }
+    rt.table.finish(page, state);
+    rt.uffd.wake(base, rt.base_page);
+    Served::Duplicate
+}
+
+/// Installs zeros on the base page at `base`, and wakes its waiters; false
+/// if the kernel found it mapped (or asks for a retry, which the faulting
+/// thread's next fault makes). Counts what went in.
+///
+/// # Safety
+/// `base` is a base page of a registered page that the caller owns, or
+/// that the evictor owns and cannot unmap meanwhile.
+unsafe fn install_zeros(rt: &Shared, base: usize, write_protect: bool) -> bool {
+    // SAFETY: the caller vouches for `base`; `zero_run` holds zeros.
+    let filled = unsafe {
+        zero_fill(
+            &rt.uffd,
+            base,
+            rt.zero_run.as_ptr(),
+            rt.base_page,
+            write_protect,
+        )
     };
-    match copied {
-        Ok(Copied::Done) => {
-            // Its content is no longer its slot's: written back if evicted.
-            rt.table
-                .finish(page, state.with_dirty(true).with_prefetched(false));
+    match filled {
+        Ok(true) => {
             Counters::add(&rt.counters.discarded_behind_our_back, 1);
-            Served::Zeroed
+            true
         }
-        Ok(_) => {
-            rt.table.finish(page, state);
-            rt.uffd.wake(base, rt.base_page);
-            Served::Duplicate
-        }
+        Ok(false) => false,
         Err(e) => rt.fatal(&format!(
-            "installing zeros for a page discarded behind tiermem's back at {base:#x} failed: {e}"
+            "installing zeros at {base:#x}, on a page discarded behind tiermem's back, failed: {e}"
         )),
     }
 }
@@ -83,110 +99,13 @@ pub(super) fn zeros_for_the_evictor(rt: &Shared, fault: &Fault) -> bool {
         return false;
     }
     let base = fault.address & !(rt.base_page - 1);
-    // SAFETY: as in `serve_resident`; the evictor owns the page
-    // (`Evicting`) and waits on this very fault.
-    let copied = unsafe {
-        rt.uffd
-            .copy(base, rt.zero_run.as_ptr(), rt.base_page, true, true)
-    };
-    match copied {
-        Ok(Copied::Done) => {
-            Counters::add(&rt.counters.discarded_behind_our_back, 1);
-            let page_addr = fault.address & !(rt.page_size - 1);
-            rt.copy_watch.note_zeroed(page_addr);
-        }
-        Ok(_) => rt.uffd.wake(base, rt.base_page),
-        Err(e) => rt.fatal(&format!(
-            "installing zeros at {base:#x} for the evictor, whose victim was discarded behind tiermem's back, failed: {e}"
-        )),
+    // SAFETY: the evictor owns the page (`Evicting`) and waits on this very
+    // fault.
+    match unsafe { install_zeros(rt, base, true) } {
+        true => rt
+            .copy_watch
+            .note_zeroed(fault.address & !(rt.page_size - 1)),
+        false => rt.uffd.wake(base, rt.base_page),
     }
     true
-}
-
-/// The mapped page the evictor is copying, for handlers waiting for DRAM to
-/// unblock it (see the module's documentation). Page addresses are
-/// aligned, so the low bit marks a handler at work on it: the evictor
-/// cannot finish the copy (and later unmap the page) while it is set.
-pub(crate) struct CopyWatch {
-    copying: AtomicUsize,
-    /// What the last check saw, for "twice in a row".
-    seen: AtomicUsize,
-    /// The page where zeros went in during the copy: the copy may hold
-    /// bytes from before the discard and zeros after it, and is made again.
-    zeroed: AtomicUsize,
-}
-
-const RESCUING: usize = 1;
-
-impl CopyWatch {
-    pub(crate) const fn new() -> CopyWatch {
-        CopyWatch {
-            copying: AtomicUsize::new(0),
-            seen: AtomicUsize::new(0),
-            zeroed: AtomicUsize::new(0),
-        }
-    }
-
-    /// The evictor starts copying the page mapped at `addr`.
-    pub(crate) fn begin(&self, addr: usize) {
-        self.zeroed.store(0, Ordering::SeqCst);
-        self.copying.store(addr, Ordering::SeqCst);
-    }
-
-    /// The evictor's copy at `addr` is done; waits out a handler that is
-    /// installing zeros there. False if zeros went in during the copy,
-    /// which must then be made again.
-    pub(crate) fn end(&self, addr: usize) -> bool {
-        while self
-            .copying
-            .compare_exchange(addr, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
-            std::thread::yield_now();
-        }
-        self.zeroed.load(Ordering::SeqCst) != addr
-    }
-
-    /// Zeros went in on the page at `page_addr` for the evictor.
-    fn note_zeroed(&self, page_addr: usize) {
-        self.zeroed.store(page_addr, Ordering::SeqCst);
-    }
-
-    /// From a thread waiting for DRAM: if the evictor has been copying the
-    /// same page since the last check, its mapping may be gone and the
-    /// evictor stuck in a fault no handler will read. Zeros go there; the
-    /// kernel refuses them (`EEXIST`) if the page is mapped after all.
-    pub(crate) fn unblock_a_stuck_copy(&self, rt: &Shared) {
-        let addr = self.copying.load(Ordering::SeqCst);
-        if addr == 0 || addr & RESCUING != 0 {
-            return;
-        }
-        if self.seen.swap(addr, Ordering::SeqCst) != addr {
-            return;
-        }
-        let marked = self.copying.compare_exchange(
-            addr,
-            addr | RESCUING,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
-        if marked.is_err() {
-            return;
-        }
-        // Each base page of the page: the evictor may be stuck on any.
-        for base in (addr..addr + rt.page_size).step_by(rt.base_page) {
-            // SAFETY: the evictor owns the page (`Evicting`) and cannot
-            // finish its copy, let alone unmap the page, until the mark is
-            // cleared.
-            let copied = unsafe {
-                rt.uffd
-                    .copy(base, rt.zero_run.as_ptr(), rt.base_page, true, true)
-            };
-            if let Ok(Copied::Done) = copied {
-                Counters::add(&rt.counters.discarded_behind_our_back, 1);
-                self.note_zeroed(addr);
-            }
-        }
-        self.copying.store(addr, Ordering::SeqCst);
-    }
 }

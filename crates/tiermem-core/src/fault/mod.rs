@@ -57,7 +57,8 @@
 
 mod compressed;
 mod conflict;
-pub(crate) mod discarded;
+pub(crate) mod copy_watch;
+mod discarded;
 mod fork_window;
 mod install;
 mod markers;

@@ -18,10 +18,27 @@ impl Shared {
         }
         let kick = || {
             self.kick_evictor();
-            self.copy_watch.unblock_a_stuck_copy(self);
+            self.unblock_a_stuck_copy();
         };
         if self.budget.charge(kick, |waited| self.report_stall(waited)) {
             Counters::add(&self.counters.budget_waits, 1);
+        }
+    }
+
+    /// Lets an evictor stuck copying a page the program discarded go on
+    /// (`fault::copy_watch`).
+    fn unblock_a_stuck_copy(&self) {
+        let zeroed = self.copy_watch.unblock_a_stuck_copy(
+            &self.uffd,
+            self.zero_run.as_ptr(),
+            self.page_size,
+            self.base_page,
+        );
+        match zeroed {
+            Ok(n) => Counters::add(&self.counters.discarded_behind_our_back, n),
+            Err(e) => self.fatal(&format!(
+                "installing zeros for the evictor, whose victim was discarded behind tiermem's back, failed: {e}"
+            )),
         }
     }
 

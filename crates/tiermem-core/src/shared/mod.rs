@@ -146,7 +146,7 @@ pub(crate) struct Shared {
     /// itself (`fault::discarded`).
     evictor_tid: AtomicU32,
     /// The page the evictor is copying (`fault::discarded`).
-    pub(crate) copy_watch: crate::fault::discarded::CopyWatch,
+    pub(crate) copy_watch: crate::fault::copy_watch::CopyWatch,
     /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
     pub(crate) injector: Injector,
     pub(crate) store_errors: StoreErrors,
@@ -233,7 +233,7 @@ impl Shared {
             locked_ranges: Mutex::new(Vec::new()),
             foreign: Mutex::new(Vec::new()),
             evictor_tid: AtomicU32::new(0),
-            copy_watch: crate::fault::discarded::CopyWatch::new(),
+            copy_watch: crate::fault::copy_watch::CopyWatch::new(),
             cipher: match errors.encrypt {
                 true => Some(PageCipher::new(arena_pages)?),
                 false => None,
