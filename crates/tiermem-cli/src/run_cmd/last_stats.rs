@@ -29,11 +29,12 @@ const FIRST_INTERVAL: Duration = Duration::from_millis(20);
 const INTERVAL: Duration = Duration::from_millis(250);
 const FIRST_PERIOD: Duration = Duration::from_millis(500);
 
-/// What was taken last, and when.
+/// What was taken last, each with when: the program may end between the
+/// two requests of one round, so neither replaces the other.
+#[derive(Default)]
 struct Snapshot {
-    summary: Option<String>,
-    stats: Option<Value>,
-    taken: Instant,
+    summary: Option<(String, Instant)>,
+    stats: Option<(Value, Instant)>,
 }
 
 /// What the program's exit report needs: what was asked for, the pipe's
@@ -45,7 +46,7 @@ pub(super) struct LastStats {
     /// The write end, which the program inherits when it is spawned; ours
     /// closes then (see [`LastStats::watch`]).
     write: Option<OwnedFd>,
-    last: Arc<Mutex<Option<Snapshot>>>,
+    last: Arc<Mutex<Snapshot>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -67,7 +68,7 @@ impl LastStats {
             stats_file,
             reported: File::from(read),
             write: Some(write),
-            last: Arc::new(Mutex::new(None)),
+            last: Arc::new(Mutex::new(Snapshot::default())),
             stop: Arc::new(AtomicBool::new(false)),
         }))
     }
@@ -85,13 +86,11 @@ impl LastStats {
                     false => INTERVAL,
                 };
                 std::thread::sleep(interval);
-                let taken = Snapshot {
-                    summary: summary.then(|| summary_of(pid).ok()).flatten(),
-                    stats: stats_of(pid).ok(),
-                    taken: Instant::now(),
-                };
-                if taken.summary.is_some() || taken.stats.is_some() {
-                    *lock(&last) = Some(taken);
+                if let Some(text) = summary.then(|| summary_of(pid).ok()).flatten() {
+                    lock(&last).summary = Some((text, Instant::now()));
+                }
+                if let Ok(stats) = stats_of(pid) {
+                    lock(&last).stats = Some((stats, Instant::now()));
                 }
             }
         });
@@ -108,8 +107,13 @@ impl LastStats {
             Some(sig) => format!("was killed by signal {sig}"),
             None => "ended without running its exit handlers (a direct exit_group system call, as Go programs make)".to_string(),
         };
-        let last = lock(&self.last).take();
-        let Some(last) = last else {
+        let last = std::mem::take(&mut *lock(&self.last));
+        let Some(taken) = last
+            .summary
+            .as_ref()
+            .map(|s| s.1)
+            .or(last.stats.as_ref().map(|s| s.1))
+        else {
             // Without a single answer the library may never have loaded.
             eprintln!(
                 "tiermem: {program} (pid {pid}) did not report its statistics: it {how} before \
@@ -118,13 +122,13 @@ impl LastStats {
             );
             return;
         };
-        let age = last.taken.elapsed().as_millis();
+        let age = taken.elapsed().as_millis();
         eprintln!("tiermem: {program} (pid {pid}) {how}; its statistics as of {age} ms before:");
-        if let (true, Some(summary)) = (self.summary, &last.summary) {
+        if let (true, Some((summary, _))) = (self.summary, &last.summary) {
             eprint!("{summary}");
         }
-        if let (Some(template), Some(stats)) = (&self.stats_file, last.stats) {
-            write_stats_file(template, pid, stats, age);
+        if let (Some(template), Some((stats, at))) = (&self.stats_file, last.stats) {
+            write_stats_file(template, pid, stats, at.elapsed().as_millis());
         }
     }
 
