@@ -248,9 +248,21 @@ fn every_kind_of_page_survives(settings: CompressSettings) {
     let what = summary(&s);
     // The dictionary is gathered from the first 16 text pages, charged
     // as pool DRAM, and used for the rest: every check above read pages
-    // compressed both before and after it.
-    let dictionary = if settings.dictionary { DICTIONARY } else { 0 };
-    assert_eq!(s.compress_dictionary_bytes, dictionary, "{what}");
+    // compressed both before and after it. On these pages (16 words, which
+    // each page repeats) it saves close to the 8% it must save to be used,
+    // so a verdict may find it not paying and gather a second one; the old
+    // stays charged while objects use it. Every dictionary gathered and
+    // still used is charged, and no more.
+    let charged_slots = s.compress_dictionary_bytes / DICTIONARY;
+    assert_eq!(s.compress_dictionary_bytes % DICTIONARY, 0, "{what}");
+    match settings.dictionary {
+        true => assert!(
+            (1..=2).contains(&charged_slots) && charged_slots <= s.dictionaries_gathered,
+            "{charged_slots} dictionaries charged, {} gathered; {what}",
+            s.dictionaries_gathered
+        ),
+        false => assert_eq!(charged_slots, 0, "{what}"),
+    }
     assert_eq!(
         s.dictionary_pages > 100,
         settings.dictionary,
