@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{runtime, Stamped, UNIT};
+use common::{hang_guard, runtime, Stamped, UNIT};
 use tiermem_core::PolicyKind;
 
 const MIB: usize = 1 << 20;
@@ -122,6 +122,10 @@ fn map_fixed_zeroes_and_reclaims_a_range() {
 /// reads zeros and is tiered like the rest.
 #[test]
 fn a_foreign_mapping_is_left_alone_and_taken_back() {
+    let _guard = hang_guard(
+        "a_foreign_mapping_is_left_alone_and_taken_back",
+        std::time::Duration::from_secs(120),
+    );
     let rt = runtime(2 * MIB as u64, 4096, PolicyKind::Clock);
     let len = 8 * MIB;
     let a = rt.alloc_lazy(3 * len).unwrap().as_ptr() as usize;

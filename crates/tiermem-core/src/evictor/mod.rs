@@ -417,7 +417,6 @@ impl<'a> Evictor<'a> {
         })
     }
 
-    /// Copies the page at `addr`, which the program made unreadable, into
     /// Copies the victim at `src` into `frame`. A mapped page the program
     /// discarded behind our back faults here, and reads zeros from then
     /// on (`fault::discarded`): the watch lets a handler waiting for DRAM
@@ -447,6 +446,7 @@ impl<'a> Evictor<'a> {
         }
     }
 
+    /// Copies the page at `addr`, which the program made unreadable, into
     /// `frame` through /proc/self/mem, which ignores protections.
     fn fill_through_self_mem(&mut self, frame: FrameNo, addr: usize) {
         use std::os::unix::fs::FileExt;

@@ -133,6 +133,9 @@ impl Runtime {
 }
 
 /// Maps `part` anonymous again, as the arena is, and registers it.
+///
+/// # Safety
+/// `part` lies in the arena, and nothing uses what was mapped there.
 unsafe fn remap_registered(rt: &crate::shared::Shared, part: Range<usize>) -> Result<()> {
     let len = part.end - part.start;
     let os = |what: &'static str| move |source: std::io::Error| Error::Os { what, source };
