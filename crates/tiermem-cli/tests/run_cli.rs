@@ -14,7 +14,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Settings that could leak in from the environment of `cargo test`.
-const SCRUBBED: [&str; 26] = [
+const SCRUBBED: [&str; 27] = [
     "TIERMEM_CHECKSUMS",
     "TIERMEM_ENCRYPT",
     "TIERMEM_IO_DEADLINE",
@@ -41,6 +41,7 @@ const SCRUBBED: [&str; 26] = [
     "TIERMEM_TEST_DENY_UFFD",
     "LD_PRELOAD",
     "LD_LIBRARY_PATH",
+    "GODEBUG",
 ];
 
 #[path = "../../../tests/support/libtiermem.rs"]
@@ -414,6 +415,37 @@ fn the_program_sees_the_resolved_configuration() {
     assert!(preload.contains("libtiermem.so"), "{stdout}");
     let lib = s.lib.canonicalize().expect("library path");
     assert_eq!(preload.split(':').next(), lib.to_str(), "{stdout}");
+}
+
+/// Go's runtime must clear the memory it returned to the system before it
+/// reuses it (see `tests/programs/go_heap`): the program gets
+/// `madvdontneed=0` after the user's own `GODEBUG` settings, and a user who
+/// asked for `madvdontneed=1` keeps it, with a warning.
+#[test]
+fn a_go_runtime_is_told_to_clear_the_memory_it_returns() {
+    let s = Scratch::new();
+    let godebug_of = |user: Option<&str>| {
+        let mut cmd = s.tiermem_run(&["--dram", "16M", "--", "sh", "-c", "echo \"$GODEBUG\""]);
+        if let Some(v) = user {
+            cmd.env("GODEBUG", v);
+        }
+        let out = output_within(&mut cmd, Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout).trim_end().to_string();
+        (stdout, stderr)
+    };
+    let (plain, stderr) = godebug_of(None);
+    assert_eq!(plain, "madvdontneed=0");
+    assert!(stderr.is_empty(), "{stderr}");
+    let (added, _) = godebug_of(Some("gctrace=1"));
+    assert_eq!(added, "gctrace=1,madvdontneed=0");
+    let (kept, stderr) = godebug_of(Some("madvdontneed=1"));
+    assert_eq!(kept, "madvdontneed=1");
+    assert!(
+        stderr.starts_with("tiermem run: warning: GODEBUG asks for madvdontneed=1"),
+        "{stderr}"
+    );
 }
 
 /// The first CPU this test may run on, from its own status file.

@@ -173,8 +173,9 @@ Environment:
   TIERMEM_LIB             path of libtiermem.so. Default: next to the tiermem
                           binary, then ../lib/ and ../lib/tiermem/ from it.
   A flag overrides its variable. The program is started with TIERMEM_PRELOAD=1,
-  every resolved TIERMEM_* setting (sizes in bytes), and libtiermem.so first in
-  LD_PRELOAD (other LD_PRELOAD entries are kept after it).
+  every resolved TIERMEM_* setting (sizes in bytes), libtiermem.so first in
+  LD_PRELOAD (other LD_PRELOAD entries are kept after it), and madvdontneed=0
+  added to GODEBUG (see Go programs).
 
 Child processes:
   exec      By default a program CMD executes inherits LD_PRELOAD and the
@@ -191,6 +192,18 @@ Child processes:
             ordinary memory.
   setuid    The dynamic loader ignores LD_PRELOAD for setuid and setgid
             programs; they run untiered.
+
+Go programs:
+  A Go program is tiered when it is built with cgo (its runtime then maps its
+  heap through the C library); one built without cgo is statically linked,
+  and tiermem run refuses it (exit status 126). Go's runtime returns memory
+  with madvise system calls of its own, which tiermem does not see, and from
+  Go 1.26 it skips clearing that memory when it reuses it, counting on the
+  kernel's zeros, which tiermem cannot give a page that was out of DRAM.
+  tiermem run therefore adds madvdontneed=0 to GODEBUG (other settings are
+  kept): Go then returns memory with MADV_FREE and clears it itself. A
+  GODEBUG that already sets madvdontneed is left as it is, with a warning if
+  it asks for MADV_DONTNEED. Programs that are not written in Go ignore it.
 
 Signals:
   SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT and

@@ -4,8 +4,9 @@
 //! settings, libtiermem.so, the program itself, the backing store and
 //! userfaultfd, the last two by starting and stopping a runtime here), then
 //! starts the program with libtiermem.so preloaded and the resolved
-//! configuration in `TIERMEM_*` variables, forwards signals to it, and exits
-//! with its status. `tiermem run` never loads libtiermem.so itself.
+//! configuration in `TIERMEM_*` variables (and, for Go programs, a `GODEBUG`
+//! setting: [`go_runtime`]), forwards signals to it, and exits with its
+//! status. `tiermem run` never loads libtiermem.so itself.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -25,6 +26,7 @@ mod args;
 mod child;
 mod command;
 mod config;
+mod go_runtime;
 mod last_stats;
 mod linkage;
 mod preflight;
@@ -35,6 +37,7 @@ pub use args::RunArgs;
 use child::spawn_and_wait;
 use command::{ld_preload, resolve_command, stats_file_template};
 use config::{resolve_config, resolve_mmap_threshold, ENV_MMAP_THRESHOLD};
+use go_runtime::{godebug, GoDebug, ENV_GODEBUG, ZEROS_WARNING};
 use last_stats::LastStats;
 use linkage::check_loads_the_library;
 use preflight::{check_backing_path, preflight_runtime};
@@ -104,6 +107,13 @@ fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
     }
     if args.no_inherit {
         cmd.env(ENV_NO_INHERIT, "1");
+    }
+    match godebug(std::env::var_os(ENV_GODEBUG).as_deref()) {
+        GoDebug::Set(value) => {
+            cmd.env(ENV_GODEBUG, value);
+        }
+        GoDebug::UserChoseZeros => eprintln!("tiermem run: warning: {ZEROS_WARNING}"),
+        GoDebug::Kept => {}
     }
     if let Some(choice) = &args.cpus {
         let (cpus, _) = choice
