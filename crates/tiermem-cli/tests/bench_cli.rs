@@ -299,7 +299,8 @@ fn signal_fault_delivery_runs_verifies_and_is_reported() {
 
 /// `--suite --rounds 2` with tiermem alone (no root needed): every case
 /// runs in each round, every page of every round is verified, and the
-/// medians cover every case with one figure slot per round.
+/// medians cover every case with one figure slot per round. Its output is
+/// no terminal, so stderr reports each case as it ends.
 #[test]
 fn a_suite_in_rounds_runs_every_case_each_round_and_sums_them_up() {
     let out = tiermem()
@@ -325,6 +326,18 @@ fn a_suite_in_rounds_runs_every_case_each_round_and_sums_them_up() {
         .unwrap();
     let (json, stdout) = successful_json(&out);
     assert_eq!(json["schema"], "tiermem.bench-suite-rounds/1", "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let progress: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("tiermem bench --suite: round "))
+        .collect();
+    assert_eq!(progress.len(), 10, "one line per case and round: {stderr}");
+    assert!(
+        progress[0].starts_with("tiermem bench --suite: round 1/2, 1/5 done: ")
+            && progress[0].contains("tiermem ")
+            && progress[0].contains(" pages/s"),
+        "{stderr}"
+    );
     let rounds = json["rounds"].as_array().expect("rounds");
     assert_eq!(rounds.len(), 2, "{stdout}");
     for round in rounds {

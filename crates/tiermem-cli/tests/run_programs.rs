@@ -676,30 +676,14 @@ fn go_toolchain() -> Option<PathBuf> {
 /// zero and every word written is read back.
 #[test]
 fn a_go_program_with_cgo_is_tiered_and_reported() {
-    let Some(go) = go_toolchain() else {
+    let tmp = scratch("go");
+    let Some(exe) = build_go_program("go_heap", tmp.path()) else {
         return;
     };
-    let tmp = scratch("go");
-    let exe = tmp.path().join("go_heap");
-    let built = Command::new(&go)
-        .args(["build", "-o"])
-        .arg(&exe)
-        .arg(".")
-        .current_dir(repo_root().join("tests/programs/go_heap"))
-        .env("CGO_ENABLED", "1")
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOTOOLCHAIN", "local")
-        .env("GOCACHE", tmp.path().join("gocache"))
-        .output()
-        .expect("running go build");
-    assert!(
-        built.status.success(),
-        "go build: {}",
-        String::from_utf8_lossy(&built.stderr)
+    let ran = run(
+        tiermem_run("64M", tmp.path(), &exe),
+        "go_heap under tiermem run --dram 64M",
     );
-    let mut cmd = tiermem_run("64M", tmp.path(), &exe);
-    cmd.env("TIERMEM_LIB", libtiermem());
-    let ran = run(cmd, "go_heap under tiermem run --dram 64M");
     ran.assert_ok();
     assert!(
         ran.stderr
@@ -709,6 +693,64 @@ fn a_go_program_with_cgo_is_tiered_and_reported() {
     );
     let outs = assert_paged(&ran.what, &ran.stderr);
     println!("go: {:.2}s under tiermem, {outs} page-outs", ran.secs);
+}
+
+/// Go maps, strings and sorting on four goroutines (`tests/programs/go_maps`),
+/// 112 MiB of heap here, under `--dram 24M`: the digest of every key and
+/// value of every goroutine matches an untiered run's. (A larger run of it
+/// against kernel swap is in `docs/notebook/2026-11-28-go-zeros.md`.)
+#[test]
+fn go_maps_on_four_goroutines_hash_the_same_as_untiered() {
+    let tmp = scratch("go-maps");
+    let Some(exe) = build_go_program("go_maps", tmp.path()) else {
+        return;
+    };
+    let digests = |ran: &Ran| -> Vec<String> {
+        ran.stdout
+            .lines()
+            .filter(|l| l.starts_with("goroutine "))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut cmd = Command::new(&exe);
+    cmd.args(["30000", "2"]);
+    let native = run(cmd, "go_maps without tiermem");
+    assert!(native.status.success(), "{}", native.describe());
+    assert_eq!(digests(&native).len(), 4, "{}", native.describe());
+    let mut cmd = tiermem_run("24M", tmp.path(), &exe);
+    cmd.args(["30000", "2"]);
+    let tiered = run(cmd, "go_maps under tiermem run --dram 24M");
+    assert!(tiered.status.success(), "{}", tiered.describe());
+    assert_eq!(digests(&tiered), digests(&native), "{}", tiered.describe());
+    let outs = assert_paged(&tiered.what, &tiered.stderr);
+    println!(
+        "go maps: without tiermem {:.2}s, under tiermem {:.2}s, {outs} page-outs",
+        native.secs, tiered.secs
+    );
+}
+
+/// Builds the Go program in `tests/programs/NAME` with cgo into `dir`;
+/// `None` (the test skips) when no Go toolchain is installed outside CI.
+fn build_go_program(name: &str, dir: &Path) -> Option<PathBuf> {
+    let go = go_toolchain()?;
+    let exe = dir.join(name);
+    let built = Command::new(&go)
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg(".")
+        .current_dir(repo_root().join("tests/programs").join(name))
+        .env("CGO_ENABLED", "1")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOCACHE", dir.join("gocache"))
+        .output()
+        .expect("running go build");
+    assert!(
+        built.status.success(),
+        "go build {name}: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    Some(exe)
 }
 
 /// A statically linked program never loads tiermem's library (the dynamic

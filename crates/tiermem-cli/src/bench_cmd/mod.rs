@@ -171,7 +171,9 @@ const SUITE_WORKING_SET_FACTOR: u64 = 4;
 /// miss latency p50/p99, each mode's share of the device limit, the first
 /// touch and the verification of every page. With the default 10 s per mode
 /// and --dram 512M it takes about 7 minutes (most of it filling and
-/// verifying 2 GiB per mode and case).
+/// verifying 2 GiB per mode and case). On a terminal a progress bar shows
+/// where it is; otherwise (output to a file, or --json) a line on stderr
+/// reports each case as it ends, with each mode's figure.
 ///
 /// --rounds N (with --suite) runs the matrix N times. One round's ratio
 /// moves by about 15% from one run to the next on a shared machine, so a
@@ -586,7 +588,7 @@ fn unix_now() -> u64 {
 /// `--suite`: every case of the matrix, one table (or one JSON object),
 /// per round, and with more than one round a summary of their medians.
 fn run_suite(args: &BenchArgs, plan: &BenchPlan) -> anyhow::Result<i32> {
-    let quiet = args.json || !std::io::stdout().is_terminal();
+    let bar = !args.json && std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
     let rounds = args.rounds as usize;
     if !args.json {
         let modes = if args.modes.is_empty() {
@@ -605,7 +607,7 @@ fn run_suite(args: &BenchArgs, plan: &BenchPlan) -> anyhow::Result<i32> {
             bench_suite::estimate(plan, modes, rounds).as_secs_f64() / 60.0
         );
     }
-    let all = bench_suite::run_suite(plan, &args.modes, args.no_device_check, rounds, quiet);
+    let all = bench_suite::run_suite(plan, &args.modes, args.no_device_check, rounds, bar);
     if args.json {
         print_suite_json(plan, &all)?;
     } else {

@@ -206,14 +206,17 @@ fn case_modes(requested: &[Mode], index: usize) -> Vec<Mode> {
 /// mode runs first alternates from case to case, and from round to round,
 /// so that each case runs in both orders over two rounds.
 /// `no_device_check` skips the device measurements.
+/// `bar` draws a progress bar; without one, a line on stderr reports each
+/// case as it ends, so that a run whose output goes to a file still shows
+/// where it is.
 pub fn run_suite(
     base: &BenchPlan,
     requested: &[Mode],
     no_device_check: bool,
     rounds: usize,
-    quiet: bool,
+    bar: bool,
 ) -> Vec<Vec<CaseRun>> {
-    let bar = progress_bar(!quiet);
+    let bar = progress_bar(bar);
     let all = (0..rounds)
         .map(|round| run_round(base, requested, no_device_check, (round, rounds), &bar))
         .collect();
@@ -260,13 +263,41 @@ fn run_round(
                 b.set_position(((step + done.clamp(0.0, 1.0)) / steps * 1000.0) as u64);
             }
         });
-        runs.push(CaseRun {
+        let run = CaseRun {
             case: *case,
             device,
             results,
-        });
+        };
+        if bar.is_none() {
+            eprintln!(
+                "tiermem bench --suite: {} done: {}",
+                label(index),
+                progress_line(&run)
+            );
+        }
+        runs.push(run);
     }
     runs
+}
+
+/// A finished case in one line: its name, each mode's figure, the ratio.
+fn progress_line(run: &CaseRun) -> String {
+    let figures: Vec<String> = run
+        .results
+        .iter()
+        .map(|r| match run.is_random_access() {
+            true => format!("{} {:.0} pages/s", r.mode.name(), r.pages_per_sec),
+            false => format!(
+                "{} {:.0} MB/s",
+                r.mode.name(),
+                r.mb_per_sec().unwrap_or(0.0)
+            ),
+        })
+        .collect();
+    let ratio = run
+        .speedup()
+        .map_or_else(String::new, |x| format!(" ({x:.2}x kernel swap)"));
+    format!("{}: {}{ratio}", run.case.name, figures.join(", "))
 }
 
 fn verdict(met: Option<bool>) -> &'static str {

@@ -1,0 +1,3 @@
+module tiermem.test/go_maps
+
+go 1.19
