@@ -696,7 +696,7 @@ fn a_go_program_with_cgo_is_tiered_and_reported() {
 }
 
 /// Go maps, strings and sorting on four goroutines (`tests/programs/go_maps`),
-/// 112 MiB of heap here, under `--dram 24M`: the digest of every key and
+/// 110 MiB of resident memory untiered, under `--dram 24M`: the digest of every key and
 /// value of every goroutine matches an untiered run's. (A larger run of it
 /// against kernel swap is in `docs/notebook/2026-11-28-go-zeros.md`.)
 #[test]
