@@ -722,10 +722,23 @@ fn go_maps_on_four_goroutines_hash_the_same_as_untiered() {
     let tiered = run(cmd, "go_maps under tiermem run --dram 24M");
     assert!(tiered.status.success(), "{}", tiered.describe());
     assert_eq!(digests(&tiered), digests(&native), "{}", tiered.describe());
+    assert!(!tiered.stderr.contains("warning"), "{}", tiered.describe());
     let outs = assert_paged(&tiered.what, &tiered.stderr);
     println!(
         "go maps: without tiermem {:.2}s, under tiermem {:.2}s, {outs} page-outs",
         native.secs, tiered.secs
+    );
+    // A user who asks Go for MADV_DONTNEED keeps it, and is warned.
+    let mut cmd = tiermem_run("24M", tmp.path(), &exe);
+    cmd.args(["1000", "1"]).env("GODEBUG", "madvdontneed=1");
+    let warned = run(cmd, "go_maps under tiermem run, GODEBUG=madvdontneed=1");
+    assert!(warned.status.success(), "{}", warned.describe());
+    assert!(
+        warned
+            .stderr
+            .contains("is a Go program, and its GODEBUG lacks madvdontneed=0"),
+        "{}",
+        warned.describe()
     );
 }
 

@@ -10,6 +10,7 @@
 pub mod cgroup;
 pub mod control;
 pub mod format;
+pub mod go_runtime;
 pub mod histogram;
 pub mod mounts;
 pub mod ns;

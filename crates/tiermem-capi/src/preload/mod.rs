@@ -5,7 +5,9 @@
 //!   tiered region (mimalloc may not take object memory from the OS);
 //! - large private anonymous `mmap`s become tiered regions, and `munmap`,
 //!   `mremap` and `madvise` on them keep their kernel semantics;
-//! - `fork` gives the child its own pager over an exact copy of the memory.
+//! - `fork` gives the child its own pager over an exact copy of the memory;
+//! - a Go program is warned when its runtime would count on zeros tiermem
+//!   cannot give ([`go_runtime`]).
 //!
 //! Without `TIERMEM_PRELOAD=1` (a program linking `-ltiermem` for the API)
 //! every interposed function forwards to glibc or the kernel unchanged.
@@ -13,6 +15,7 @@
 pub(crate) mod control;
 mod exit_stats;
 pub(crate) mod fork;
+mod go_runtime;
 mod guard;
 pub mod libc_heap;
 mod malloc;
@@ -110,6 +113,7 @@ fn start() -> Result<(), String> {
         }
     }
     control::start_once(rt);
+    go_runtime::warn_if_go_counts_on_zeros(&program_name());
     if env(ENV_STATS).as_deref() == Some("1") {
         exit_stats::register();
     }

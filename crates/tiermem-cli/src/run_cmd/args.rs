@@ -202,8 +202,9 @@ Go programs:
   kernel's zeros, which tiermem cannot give a page that was out of DRAM.
   tiermem run therefore adds madvdontneed=0 to GODEBUG (other settings are
   kept): Go then returns memory with MADV_FREE and clears it itself. A
-  GODEBUG that already sets madvdontneed is left as it is, with a warning if
-  it asks for MADV_DONTNEED. Programs that are not written in Go ignore it.
+  GODEBUG that already sets madvdontneed is left as it is; libtiermem.so
+  warns on stderr when a Go program starts without madvdontneed=0. Programs
+  that are not written in Go ignore the variable.
 
 Signals:
   SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT and

@@ -13,6 +13,7 @@ use std::process::Command;
 
 use tiermem_core::cpus::restrict_command;
 use tiermem_core::preload_library;
+use tiermem_host::go_runtime::ENV_GODEBUG;
 
 /// Tells libtiermem.so that it was preloaded and must interpose.
 const ENV_PRELOAD: &str = "TIERMEM_PRELOAD";
@@ -37,7 +38,7 @@ pub use args::RunArgs;
 use child::spawn_and_wait;
 use command::{ld_preload, resolve_command, stats_file_template};
 use config::{resolve_config, resolve_mmap_threshold, ENV_MMAP_THRESHOLD};
-use go_runtime::{godebug, GoDebug, ENV_GODEBUG, ZEROS_WARNING};
+use go_runtime::godebug;
 use last_stats::LastStats;
 use linkage::check_loads_the_library;
 use preflight::{check_backing_path, preflight_runtime};
@@ -108,12 +109,8 @@ fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
     if args.no_inherit {
         cmd.env(ENV_NO_INHERIT, "1");
     }
-    match godebug(std::env::var_os(ENV_GODEBUG).as_deref()) {
-        GoDebug::Set(value) => {
-            cmd.env(ENV_GODEBUG, value);
-        }
-        GoDebug::UserChoseZeros => eprintln!("tiermem run: warning: {ZEROS_WARNING}"),
-        GoDebug::Kept => {}
+    if let Some(value) = godebug(std::env::var_os(ENV_GODEBUG).as_deref()) {
+        cmd.env(ENV_GODEBUG, value);
     }
     if let Some(choice) = &args.cpus {
         let (cpus, _) = choice
