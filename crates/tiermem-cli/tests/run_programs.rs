@@ -813,7 +813,9 @@ fn a_statically_linked_program_is_refused_before_it_runs() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(126), "{stderr}");
         assert!(
-            stderr.contains(said) && stderr.contains("nothing was run"),
+            stderr.contains(said)
+                && stderr.contains("nothing was run")
+                && stderr.contains("`import _ \"runtime/cgo\"`"),
             "{stderr}"
         );
         assert!(!marker.exists(), "{} ran", program.display());

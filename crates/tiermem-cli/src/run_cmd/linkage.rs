@@ -59,8 +59,9 @@ fn refusal(shown: &str, program: &Path, static_one: &Path) -> Stop {
         format!(
             "{what} (it has no program interpreter), so the dynamic loader never loads \
              tiermem's library into it and none of its memory would be tiered; nothing was run.\n\
-             Fix: link it dynamically (a Go program is tiered when it uses cgo: its runtime then \
-             maps memory through the C library), or run it without tiermem."
+             Fix: link it dynamically (a Go program: build it with CGO_ENABLED=1 and \
+             `import _ \"runtime/cgo\"`, and its runtime maps memory through the C library), \
+             or run it without tiermem."
         ),
     )
 }
