@@ -196,15 +196,16 @@ Child processes:
 Go programs:
   A Go program is tiered when it is built with cgo (its runtime then maps its
   heap through the C library); one built without cgo is statically linked,
-  and tiermem run refuses it (exit status 126). Go's runtime returns memory
-  with madvise system calls of its own, which tiermem does not see, and from
-  Go 1.26 it skips clearing that memory when it reuses it, counting on the
-  kernel's zeros, which tiermem cannot give a page that was out of DRAM.
-  tiermem run therefore adds madvdontneed=0 to GODEBUG (other settings are
-  kept): Go then returns memory with MADV_FREE and clears it itself. A
-  GODEBUG that already sets madvdontneed is left as it is; libtiermem.so
-  warns on stderr when a Go program starts without madvdontneed=0. Programs
-  that are not written in Go ignore the variable.
+  and tiermem run refuses it (exit status 126). CGO_ENABLED=1 and an
+  `import _ \"runtime/cgo\"` make a pure Go program one built with cgo.
+  Go's runtime returns memory with madvise system calls of its own, which
+  tiermem does not see, and from Go 1.26 it skips clearing that memory when
+  it reuses it, counting on the kernel's zeros, which tiermem cannot give a
+  page that was out of DRAM. tiermem run therefore adds madvdontneed=0 to
+  GODEBUG (other settings are kept): Go then returns memory with MADV_FREE
+  and clears it itself. A GODEBUG that already sets madvdontneed is left as
+  it is; libtiermem.so warns on stderr when a Go program starts without
+  madvdontneed=0. Programs that are not written in Go ignore the variable.
 
 Signals:
   SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT and
