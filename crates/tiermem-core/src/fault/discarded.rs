@@ -16,6 +16,11 @@
 //! refuses (`EEXIST`) when the page is there, the duplicate fault it
 //! usually is.
 //!
+//! A page out of DRAM when the program discards it has no mapping to
+//! remove, so nothing here sees the discard, and the page keeps its bytes.
+//! Go's runtime counts on the zeros from Go 1.26; `tiermem run` has it
+//! clear such memory itself instead (`tiermem_host::go_runtime`).
+//!
 //! The evictor's own fault on such a page is served the same way, by the
 //! handler that reads it. But when every handler is waiting for DRAM, which
 //! only the evictor frees, none reads it: so the evictor says which page

@@ -145,7 +145,7 @@ pub(crate) struct Shared {
     /// The evictor thread's id (0 before it starts), for faults it takes
     /// itself (`fault::discarded`).
     evictor_tid: AtomicU32,
-    /// The page the evictor is copying (`fault::discarded`).
+    /// The page the evictor is copying (`fault::copy_watch`).
     pub(crate) copy_watch: crate::fault::copy_watch::CopyWatch,
     /// Reads and writes a test makes fail (`TIERMEM_INJECT_FAULTS`).
     pub(crate) injector: Injector,
