@@ -30,11 +30,18 @@ use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 /// class. Inside the guest the walker stamps --walker-mem of memory, then
 /// on each checking pass visits every page in a scrambled order, checks
 /// all 4096 bytes against what it wrote and stamps it again. --order
-/// shuffle (the default) gives each pass an order of its own, so a page's
-/// next visit comes at a random distance, as in uniform random access;
-/// --order loop repeats one order every pass, a loop over memory larger
-/// than the cache, where a page comes back exactly one pass later (the
-/// worst case for a CLOCK policy).
+/// shuffle (the default) gives each pass a random permutation of its own,
+/// so a page's next visit comes at a random distance and no read-ahead can
+/// guess it, as in uniform random access; --order loop repeats one random
+/// permutation every pass, a loop over memory larger than the cache, where
+/// a page comes back exactly one pass later (the worst case for a CLOCK
+/// policy); --order stride steps through memory by a constant stride
+/// modulo its size, a new stride each pass, which looks random to a cache
+/// but which a stride prefetcher follows when most steps do not wrap
+/// around; --order uniform visits as many pages a pass, each drawn at
+/// random with replacement (uniform random access, where every policy
+/// keeps the same share of visits in DRAM, so the cost of a miss decides),
+/// and checks every page once more at the end.
 ///
 /// The table names tiermem's policy, compression and I/O engine (TIERMEM_*
 /// variables in the environment reach QEMU's tiermem: TIERMEM_POLICY=s3fifo
@@ -83,8 +90,10 @@ pub struct BenchVmArgs {
     /// Checking passes after the stamping pass.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
     passes: u32,
-    /// The walker's order of visits: shuffle (a new order each pass) or
-    /// loop (the same order every pass).
+    /// The walker's order of visits: shuffle (a new random permutation each
+    /// pass), loop (the same permutation every pass), stride (a constant
+    /// stride modulo the memory, a new one each pass) or uniform (pages
+    /// drawn at random with replacement).
     #[arg(long, value_enum, default_value = "shuffle")]
     order: OrderArg,
     /// Comma-separated classes, in the order run: gold, silver, bronze.
@@ -120,6 +129,8 @@ pub struct BenchVmArgs {
 enum OrderArg {
     Shuffle,
     Loop,
+    Stride,
+    Uniform,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -159,6 +170,8 @@ pub fn run(args: &BenchVmArgs) -> anyhow::Result<i32> {
         order: match args.order {
             OrderArg::Shuffle => Order::Shuffle,
             OrderArg::Loop => Order::Loop,
+            OrderArg::Stride => Order::Stride,
+            OrderArg::Uniform => Order::Uniform,
         },
         classes,
         modes: args.modes.clone(),

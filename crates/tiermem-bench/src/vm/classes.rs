@@ -159,6 +159,9 @@ fn run_class(
                 mode.name(),
                 report::one_line(&g)
             ));
+            for line in report::failure_lines(&g) {
+                progress(&format!("  | {line}"));
+            }
             out.guest = Some(g);
         }
         Err(e) => {

@@ -40,12 +40,21 @@ impl Accel {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
-    /// A scrambled order of its own on each pass: the distance between two
-    /// visits of a page is random, as in uniform random access.
+    /// A random permutation of its own on each pass: the distance between
+    /// two visits of a page is random and no prefetcher can guess the next
+    /// page, as in uniform random access.
     Shuffle,
-    /// The same scrambled order on every pass: a loop over memory larger
+    /// The same random permutation on every pass: a loop over memory larger
     /// than the cache, each page back exactly one pass later.
     Loop,
+    /// A constant stride modulo the pages, a new one on each pass: scrambled
+    /// to a cache, but a stride prefetcher can follow it whenever most
+    /// steps do not wrap around.
+    Stride,
+    /// As many visits a pass as pages, each to a page drawn at random with
+    /// replacement: uniform random access, in which every policy keeps
+    /// the same share of visits in DRAM (its share of the memory).
+    Uniform,
 }
 
 impl Order {
@@ -54,6 +63,8 @@ impl Order {
         match self {
             Order::Shuffle => "shuffle",
             Order::Loop => "loop",
+            Order::Stride => "stride",
+            Order::Uniform => "uniform",
         }
     }
 }

@@ -283,6 +283,48 @@ mod tests {
         assert!(!is_static_elf(b"#!/bin/sh"));
     }
 
+    /// Every permutation order visits every page exactly once per checking
+    /// pass: a page a pass skipped would still hold the generation before,
+    /// and the next pass's check would count its words wrong. The uniform
+    /// order checks each page it draws, then every page at the end. Run
+    /// natively, the walker being a plain static program.
+    #[test]
+    fn every_order_of_the_walker_checks_every_page() {
+        let dir = private_dir(&std::env::temp_dir()).expect("a private directory");
+        let walker = compile_walker(&dir).expect("the walker builds");
+        let run = |args: &[&str]| {
+            let out = Command::new("timeout")
+                .arg("60")
+                .arg(&walker)
+                .args(args)
+                .output()
+                .expect("the walker runs");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            (out.status.code(), text)
+        };
+        for order in ["shuffle", "loop", "stride"] {
+            // 8 MiB: 2,048 pages, three checking passes.
+            let (code, text) = run(&["8", "3", order]);
+            assert_eq!(code, Some(0), "{order}: {text}");
+            assert!(
+                text.contains("walker: done pages_checked 6144 errors 0"),
+                "{order}: {text}"
+            );
+        }
+        // Uniform: 3 x 2,048 random visits, then every page once more.
+        let (code, text) = run(&["8", "3", "uniform"]);
+        assert_eq!(code, Some(0), "uniform: {text}");
+        assert!(
+            text.contains("walker: done pages_checked 8192 errors 0"),
+            "uniform: {text}"
+        );
+        let (code, text) = run(&["8", "1", "zigzag"]);
+        assert_eq!(code, Some(2), "{text}");
+        assert!(text.contains("unknown order 'zigzag'"), "{text}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn no_kernel_is_a_clear_error() {
         let dir = std::env::temp_dir().join(format!("tiermem-vm-boot-{}", std::process::id()));

@@ -7,8 +7,10 @@
 //! to the same DRAM, a swapfile on the same filesystem), one guest at a
 //! time, the mode order alternating from class to class. Inside each
 //! guest a static walker (`walker.c`) stamps its memory and checks every
-//! byte of every page on every pass, in a new order each pass (`shuffle`)
-//! or the same order every pass (`loop`).
+//! byte of every page on every pass, in a new random permutation each
+//! pass (`shuffle`), the same one every pass (`loop`), a constant stride
+//! a prefetcher can follow (`stride`), or pages drawn at random with
+//! replacement (`uniform`).
 //!
 //! - [`initramfs`]: the kernel and the initramfs, built at run time;
 //! - [`guest`]: one QEMU run, its console and its resident memory;

@@ -30,6 +30,26 @@ pub(super) fn one_line(g: &GuestRun) -> String {
     )
 }
 
+/// The last lines QEMU (and the tiermem preloaded into it) wrote, for a
+/// guest that did not finish and power off: why it stopped is there (a
+/// refused setting, QEMU's own error, a kernel panic), and nowhere else.
+pub(super) fn failure_lines(g: &GuestRun) -> Vec<String> {
+    const LINES: usize = 12;
+    if g.verified() {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = g
+        .output_tail
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(LINES)..]
+        .iter()
+        .map(|l| l.to_string())
+        .collect()
+}
+
 pub(super) fn print(s: &Settings, o: &Outcome) -> anyhow::Result<()> {
     if s.json {
         let body = json!({
@@ -301,6 +321,27 @@ mod tests {
             clean_exit: true,
             ..GuestRun::default()
         }
+    }
+
+    #[test]
+    fn a_guest_that_did_not_finish_shows_the_end_of_its_output() {
+        let mut failed = GuestRun {
+            output_tail: (1..=20)
+                .map(|i| format!("line {i}\n\n"))
+                .collect::<String>()
+                + "tiermem run: invalid TIERMEM_FAULTS 'signal'\n",
+            ..GuestRun::default()
+        };
+        let lines = failure_lines(&failed);
+        assert_eq!(lines.len(), 12, "{lines:?}");
+        assert_eq!(lines[0], "line 10");
+        assert_eq!(lines[11], "tiermem run: invalid TIERMEM_FAULTS 'signal'");
+        failed.errors = Some(0);
+        failed.clean_exit = true;
+        assert!(
+            failure_lines(&failed).is_empty(),
+            "a verified guest says nothing more"
+        );
     }
 
     fn outcome() -> Outcome {

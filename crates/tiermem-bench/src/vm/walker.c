@@ -3,17 +3,32 @@
  * as a static program inside a busybox initramfs, owns a block of guest
  * memory, and checks every byte of every page it wrote.
  *
- * Usage: walker MIB PASSES [shuffle|loop]
+ * Usage: walker MIB PASSES [shuffle|loop|stride|uniform]
  *
- * Pass 0 stamps every page with words derived from (page, generation).
- * Each later pass visits every page once in a scrambled order, checks all
+ * Pass 0 stamps every page, in address order, with words derived from
+ * (page, generation). Each later pass visits every page once, checks all
  * 4096 bytes of a page against the stamp it last wrote, then stamps it
- * with the next generation. With `shuffle` (the default) each pass has an
- * order of its own, so the distance between two visits of a page is
- * random, as in uniform random access; with `loop` every pass repeats the
- * same order, a loop over memory larger than the cache, in which a page
- * comes back exactly one pass later. The guest's memory is far larger
- * than the host budget, so these reads and writes reach the host's tiers.
+ * with the next generation. The order of a checking pass:
+ *   shuffle (the default)  a uniformly random permutation of its own
+ *                          (Fisher-Yates), so the distance between two
+ *                          visits of a page is random and no prefetcher
+ *                          can guess the next page, as in uniform random
+ *                          access;
+ *   loop                   one random permutation, repeated every pass: a
+ *                          loop over memory larger than the cache, in which
+ *                          a page comes back exactly one pass later;
+ *   stride                 a constant stride modulo the pages, a new one
+ *                          each pass: scrambled to a cache, but a pattern a
+ *                          stride prefetcher can follow whenever most steps
+ *                          do not wrap around;
+ *   uniform                as many visits as pages, each to a page drawn
+ *                          at random with replacement (uniform random
+ *                          access: a page may come back at once or not in
+ *                          a pass), checked against the generation it last
+ *                          got; after the last pass every page is checked
+ *                          once more, in order.
+ * The guest's memory is far larger than the host budget, so these reads
+ * and writes reach the host's tiers.
  *
  * Every line it prints starts with "walker:" and is parsed by the host:
  *   walker: ready
@@ -101,6 +116,32 @@ static uint64_t percentile(const uint64_t *hist, uint64_t total, double q)
     return bucket_upper(BUCKETS - 1);
 }
 
+/* xorshift64*: the walker's own generator, so that every run of a given
+ * size visits the pages in the same orders. */
+static uint64_t next_random(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* Fisher-Yates: `order` becomes a uniformly random permutation of its n
+ * pages (the modulo's bias is below 2^-40 for any guest's page count). */
+static void shuffle_pages(uint32_t *order, uint64_t n, uint64_t *state)
+{
+    for (uint64_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j = next_random(state) % (i + 1);
+        uint32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
 /* A stride coprime with n, starting the search at `from`, visits every
  * page once per pass. */
 static uint64_t coprime_stride(uint64_t n, uint64_t from)
@@ -121,7 +162,7 @@ static uint64_t coprime_stride(uint64_t n, uint64_t from)
 int main(int argc, char **argv)
 {
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: walker MIB PASSES [loop|shuffle]\n");
+        fprintf(stderr, "usage: walker MIB PASSES [shuffle|loop|stride|uniform]\n");
         return 2;
     }
     uint64_t mib = strtoull(argv[1], 0, 10), passes = strtoull(argv[2], 0, 10);
@@ -136,28 +177,65 @@ int main(int argc, char **argv)
         perror("walker: mmap");
         return 1;
     }
+    const char *how = argc < 4 ? "shuffle" : argv[3];
+    int loop = strcmp(how, "loop") == 0, stride_order = strcmp(how, "stride") == 0;
+    int uniform = strcmp(how, "uniform") == 0;
+    if (!loop && !stride_order && !uniform && strcmp(how, "shuffle") != 0) {
+        fprintf(stderr, "walker: unknown order '%s' (shuffle, loop, stride or uniform)\n", how);
+        return 2;
+    }
+    if (pages > UINT32_MAX) {
+        fprintf(stderr, "walker: MIB must be below 16 TiB\n");
+        return 2;
+    }
+    /* The visiting order (shuffle, loop), or each page's last generation
+     * (uniform). */
+    uint32_t *order = 0, *gen = 0;
+    if (!stride_order) {
+        uint32_t *a = mmap(0, pages * sizeof *a, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (a == MAP_FAILED) {
+            perror("walker: mmap of the visiting order");
+            return 1;
+        }
+        *(uniform ? &gen : &order) = a;
+    }
     setvbuf(stdout, 0, _IOLBF, 0);
     printf("walker: ready\n");
-    int shuffle = argc < 4 || strcmp(argv[3], "loop") != 0;
     uint64_t stride = coprime_stride(pages, pages * 618034u / 1000000u), checked = 0;
-    uint64_t seed = 0x2545f4914f6cdd1dull;
+    uint64_t seed = 0x2545f4914f6cdd1dull, state = 0x9e3779b97f4a7c15ull;
     static uint64_t hist[BUCKETS];
     for (uint64_t pass = 0; pass <= passes; pass++) {
         memset(hist, 0, sizeof hist);
         uint64_t start = now_ns(), pass_errors = errors, page = 0;
-        if (shuffle && pass > 0) {
+        if (stride_order && pass > 0) {
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             stride = coprime_stride(pages, seed >> 20);
             page = (seed >> 7) % pages;
         }
+        if (order && pass > 0 && (pass == 1 || !loop)) {
+            shuffle_pages(order, pages, &state);
+            start = now_ns(); /* the pass's time is its visits' alone */
+        }
         for (uint64_t i = 0; i < pages; i++) {
-            page = pass == 0 ? i : (page + stride) % pages;
+            if (pass == 0)
+                page = i;
+            else if (uniform)
+                page = next_random(&state) % pages;
+            else if (order)
+                page = order[i];
+            else
+                page = (page + stride) % pages;
             uint64_t *p = (uint64_t *)(mem + page * PAGE);
             uint64_t t0 = now_ns();
             if (pass > 0) {
-                check(p, page, pass - 1);
+                /* A permutation's pass checks that the one before visited
+                 * every page: each holds the previous generation. */
+                check(p, page, uniform ? gen[page] : pass - 1);
                 checked++;
             }
+            if (uniform)
+                gen[page] = (uint32_t)pass;
             fill(p, page, pass);
             hist[bucket_of(now_ns() - t0)]++;
         }
@@ -167,6 +245,10 @@ int main(int argc, char **argv)
                (unsigned long long)percentile(hist, pages, 0.50),
                (unsigned long long)percentile(hist, pages, 0.99),
                (unsigned long long)(errors - pass_errors));
+    }
+    for (uint64_t page = 0; uniform && page < pages; page++) {
+        check((const uint64_t *)(mem + page * PAGE), page, gen[page]);
+        checked++;
     }
     printf("walker: done pages_checked %llu errors %llu\n", (unsigned long long)checked,
            (unsigned long long)errors);
