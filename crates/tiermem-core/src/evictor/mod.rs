@@ -28,7 +28,7 @@ mod move_first;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::frames::{frame_is_zero, FrameNo, BATCH};
+use crate::frames::{frame_is_zero, FrameNo, BATCH, IDLE_FRAMES_KEPT};
 use crate::io_config::IoEngine;
 use crate::page_table::{Kind, PageNo, PageState};
 use crate::shared::Shared;
@@ -48,6 +48,7 @@ pub(crate) fn evictor_loop(rt: &Shared) {
         }
         rt.wait_until_eviction_needed(Duration::from_millis(5));
         ev.run();
+        rt.frames.trim(IDLE_FRAMES_KEPT);
         ev.compact_some(compressed::COMPACTIONS_PER_BATCH);
         ev.copy_out_written();
         rt.slots().review_children();

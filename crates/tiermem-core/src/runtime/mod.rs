@@ -140,7 +140,9 @@ impl Runtime {
                 .as_ref()
                 .map_or(0, |c| c.committed_bytes(allocated_pages))
             + rt.slots().metadata_bytes()
-            + rt.frames.touched_bytes().saturating_sub(s.resident_bytes)
+            + rt.frames
+                .materialised_bytes()
+                .saturating_sub(s.resident_bytes)
             + io_buffer_bytes(rt);
         s.page_size = page;
         s.fault_latency = rt.fault_latency.summary();
