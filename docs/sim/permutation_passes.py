@@ -20,8 +20,10 @@ Models (C pages of DRAM):
            list is aged into the inactive one while it is the larger
   density  tiermem, plus one extra turn for pages of regions at least THETA
            resident
-  keep     tiermem, plus regions at least THETA resident kept mapped while K
-           sampled pages of them keep being touched in probation (slow)
+  keep     tiermem, plus a region that reaches THETA resident is kept mapped
+           while a check of it passes: once per ring's worth of demotions, K
+           of its pages go through probation, and a touch of any of them is a
+           pass; an untouched sample goes back mapped, not out (slow)
 
 Example: docs/sim/permutation_passes.py 40000 24000 --region 64 --theta 0.9
 """
@@ -115,8 +117,12 @@ def keep(trace, C, R, theta, k=8, pshare=0.25, warm=0, measure=None, keep_on=Tru
     last_check={}        # region -> demotion count at last check
     demotions=0
     hits=n=resc=0
+    keepset=set()
     def kept(r):
-        return keep_on and dens[r] >= theta*R and r not in dead
+        if not keep_on or r in dead: return False
+        if r in keepset: return True
+        if dens[r] >= theta*R: keepset.add(r); return True
+        return False
     for i,x in enumerate(trace):
         h=0
         if x in mapped: h=1
@@ -143,15 +149,18 @@ def keep(trace, C, R, theta, k=8, pshare=0.25, warm=0, measure=None, keep_on=Tru
                 mapped[y]=1; continue
             prob[y]=1; demotions+=1
         while len(prob)+len(mapped)>C:
-            y,_=prob.popitem(last=False); r=y//R; dens[r]-=1
+            y,_=prob.popitem(last=False); r=y//R
             rr=sampled.pop(y,None)
             if rr is not None:
+                # a sample is inspected, not evicted: it goes back mapped
                 pending[rr]-=1
-                if pending[rr]==0 and live[rr]==0: dead.add(rr)
+                if pending[rr]==0 and live[rr]==0: dead.add(rr); keepset.discard(rr)
+                mapped[y]=1
+                continue
+            dens[r]-=1
         if measure is None or measure[0]<=i<measure[1]:
             if i>=warm: hits+=h; n+=1
     return round(hits/max(n,1),3)
-
 
 
 def main():

@@ -31,8 +31,9 @@ use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 /// on each checking pass visits every page in a scrambled order, checks
 /// all 4096 bytes against what it wrote and stamps it again. --order
 /// shuffle (the default) gives each pass a random permutation of its own,
-/// so a page's next visit comes at a random distance and no read-ahead can
-/// guess it, as in uniform random access; --order loop repeats one random
+/// so a page's next visit comes at a random distance of up to two passes
+/// and no read-ahead can guess it (a recency order keeps fewer of such
+/// visits than a fixed set of pages would); --order loop repeats one random
 /// permutation every pass, a loop over memory larger than the cache, where
 /// a page comes back exactly one pass later (the worst case for a CLOCK
 /// policy); --order stride steps through memory by a constant stride
@@ -69,8 +70,10 @@ use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 ///
 /// Needs qemu-system-x86 (qemu-system-x86_64), linux-image-amd64,
 /// busybox-static and a C compiler with the static C library
-/// (build-essential) to build the walker. Exit status: 0; 1 when a guest
-/// failed to run or to power off; 3 when a walker found a wrong byte.
+/// (build-essential) to build the walker. A guest that does not finish
+/// and power off has QEMU's last lines (tiermem's own messages included)
+/// printed under its progress line. Exit status: 0; 1 when a guest failed
+/// to run or to power off; 3 when a walker found a wrong byte.
 ///
 /// Examples:
 ///   tiermem bench-vm                              (1 GiB guests, all classes)

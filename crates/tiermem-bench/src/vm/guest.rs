@@ -41,8 +41,8 @@ impl Accel {
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     /// A random permutation of its own on each pass: the distance between
-    /// two visits of a page is random and no prefetcher can guess the next
-    /// page, as in uniform random access.
+    /// two visits of a page is random, up to two passes, and no prefetcher
+    /// can guess the next page.
     Shuffle,
     /// The same random permutation on every pass: a loop over memory larger
     /// than the cache, each page back exactly one pass later.

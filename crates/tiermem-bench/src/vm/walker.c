@@ -11,9 +11,8 @@
  * with the next generation. The order of a checking pass:
  *   shuffle (the default)  a uniformly random permutation of its own
  *                          (Fisher-Yates), so the distance between two
- *                          visits of a page is random and no prefetcher
- *                          can guess the next page, as in uniform random
- *                          access;
+ *                          visits of a page is random, up to two passes,
+ *                          and no prefetcher can guess the next page;
  *   loop                   one random permutation, repeated every pass: a
  *                          loop over memory larger than the cache, in which
  *                          a page comes back exactly one pass later;
