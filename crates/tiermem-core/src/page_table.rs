@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::error::Result;
 use crate::owner_waits::OwnerWaits;
+use crate::policy::huge_regions::HugeRegions;
 use crate::sys::mem::Mapping;
 
 /// Where a page's content is.
@@ -260,6 +261,7 @@ pub struct PageTable {
     states: Mapping,
     frames: Mapping,
     heat: Mapping,
+    regions: HugeRegions,
     pages: u64,
     /// Only under signal delivery do threads wait for a page's owner here
     /// (handler threads wait in the kernel); elsewhere releasing a page
@@ -275,6 +277,7 @@ impl PageTable {
             states: Mapping::reserve(n * 8, "reserving the page-state table")?,
             frames: Mapping::reserve(n * 4, "reserving the probation frame table")?,
             heat: Mapping::reserve(n, "reserving the page heat table")?,
+            regions: HugeRegions::new(pages)?,
             pages,
             owner_waits: None,
         })
@@ -415,6 +418,12 @@ impl PageTable {
         assert!((page as u64) < self.pages);
         // SAFETY: as for `word`, with u8 elements (no alignment needed).
         unsafe { &*(self.heat.as_ptr() as *const AtomicU8).add(page as usize) }
+    }
+
+    /// The 2 MiB regions of memory advised `MADV_HUGEPAGE` (see
+    /// `policy::huge_regions`).
+    pub fn regions(&self) -> &HugeRegions {
+        &self.regions
     }
 
     /// Released memory starts cold: the heat of what a page held before

@@ -361,6 +361,17 @@ pub struct Stats {
     pub compress_share_percent: u32,
     /// Steps an adapting split took.
     pub compress_share_moves: u64,
+    /// 2 MiB regions of `MADV_HUGEPAGE` memory kept resident as the kernel
+    /// keeps a huge page: kept now.
+    pub huge_regions_kept: u64,
+    /// ... kept since the start (each time a region filled).
+    pub huge_regions_formed: u64,
+    /// ... shown in use by a fault after they were kept (then shielded).
+    pub huge_regions_proven: u64,
+    /// ... given up because a check found them unused.
+    pub huge_regions_dropped: u64,
+    /// ... given up to make room for newer ones or for a smaller budget.
+    pub huge_regions_displaced: u64,
     /// Faults served from the compressed tier, from reading the fault to
     /// installing the page.
     pub compressed_hit_latency: LatencySummary,

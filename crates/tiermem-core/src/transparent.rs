@@ -73,6 +73,18 @@ impl Runtime {
         Ok(unsafe { NonNull::new_unchecked(rt.page_addr(start as PageNo) as *mut u8) })
     }
 
+    /// `madvise(MADV_HUGEPAGE)` (`on`) or `MADV_NOHUGEPAGE` on tiered
+    /// memory: the kernel maps no huge page behind userfaultfd's back, but
+    /// whole 2 MiB regions of advised memory are kept resident the way the
+    /// kernel keeps a huge page (`policy::huge_regions`).
+    pub fn advise_huge(&self, addr: usize, len: usize, on: bool) {
+        let rt = self.shared();
+        let range = rt.pages_within(addr, len);
+        rt.table
+            .regions()
+            .advise(range.start as PageNo, range.pages, on);
+    }
+
     /// Whether `addr` lies in the lazily committed zone.
     pub fn is_lazy_addr(&self, addr: usize) -> bool {
         let rt = self.shared();

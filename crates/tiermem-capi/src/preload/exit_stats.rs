@@ -280,7 +280,23 @@ pub fn summary(program: &str, pid: u32, s: &Stats) -> String {
     text.push_str(&pinned_line(s));
     text.push_str(&parked_line(s));
     text.push_str(&discarded_line(s));
+    text.push_str(&huge_regions_line(s));
     text
+}
+
+/// `MADV_HUGEPAGE` memory kept by 2 MiB regions (when any region formed).
+fn huge_regions_line(s: &Stats) -> String {
+    if s.huge_regions_formed == 0 {
+        return String::new();
+    }
+    format!(
+        "huge regions    {} kept now (2 MiB of MADV_HUGEPAGE memory each); formed {}, proven in use {}, dropped unused {}, displaced {}\n",
+        s.huge_regions_kept,
+        s.huge_regions_formed,
+        s.huge_regions_proven,
+        s.huge_regions_dropped,
+        s.huge_regions_displaced,
+    )
 }
 
 /// Pages the program discarded with its own `madvise` system call (when any).

@@ -574,9 +574,14 @@ unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {
                 return fail(e, -1);
             }
         }
-        // Huge pages would map memory behind userfaultfd's back, kernel
-        // reclaim (COLD/PAGEOUT) would send tiered pages to kernel swap, and
-        // fork-time advice is tiermem's to handle: accepted and ignored.
+        // The kernel's huge pages would map memory behind userfaultfd's
+        // back; tiermem keeps advised memory resident by 2 MiB regions
+        // instead, as the kernel keeps a huge page.
+        libc::MADV_HUGEPAGE => rt.advise_huge(addr, len, true),
+        libc::MADV_NOHUGEPAGE => rt.advise_huge(addr, len, false),
+        // Kernel reclaim (COLD/PAGEOUT) would send tiered pages to kernel
+        // swap, and fork-time advice is tiermem's to handle: accepted and
+        // ignored.
         _ => {}
     }
     0

@@ -126,7 +126,7 @@ impl PoolWork {
 impl<'a> Evictor<'a> {
     /// The tier, borrowed from `Shared` rather than from `self`, so that it
     /// stays usable while the evictor's own state changes.
-    fn tier(&self) -> Option<&'a CompressedTier> {
+    pub(super) fn tier(&self) -> Option<&'a CompressedTier> {
         let rt: &'a Shared = self.rt;
         rt.compressed.as_ref()
     }

@@ -173,6 +173,7 @@ impl<'a> Evictor<'a> {
     /// Frees pages until the watermark is restored or nothing can move.
     fn run(&mut self) {
         self.fit_pool_to_share();
+        self.rt.table.regions().settle(self.page_budget());
         loop {
             let need = self.rt.pages_to_free();
             if need == 0 || self.rt.stopping() {
@@ -188,6 +189,16 @@ impl<'a> Evictor<'a> {
                 return;
             }
         }
+    }
+
+    /// The budget's pages that pages may use: the compressed pool's DRAM
+    /// counts in the budget too.
+    fn page_budget(&self) -> u64 {
+        let rt = self.rt;
+        let pool = self.tier().map_or(0, |tier| {
+            tier.dram_bytes(rt.page_size) / rt.page_size as u64
+        });
+        rt.budget.limit().saturating_sub(pool)
     }
 
     /// Demotes until probation holds its target plus the `n` pages about to
@@ -254,6 +265,7 @@ impl<'a> Evictor<'a> {
                     self.probation.push_back(d.page);
                 }
                 None => {
+                    rt.table.regions().on_leave(d.page);
                     rt.count_if_wasted(d.state);
                     rt.table.finish(
                         d.page,
@@ -488,6 +500,7 @@ impl<'a> Evictor<'a> {
             let Some(state) = self.own_probation_page(page) else {
                 continue;
             };
+            rt.table.regions().on_leave(page);
             let frame = rt.table.frame(page);
             let clean = !state.is_dirty() && state.slot().is_some();
             if !clean && frame_is_zero(rt.frames.ptr(frame), rt.page_size) {

@@ -223,5 +223,6 @@ pub(super) fn finish_resident(rt: &Shared, page: PageNo, state: PageState, refer
         }
     }
     rt.policy.admit(&rt.table, page);
+    rt.table.regions().on_resident(page, !state.is_prefetched());
     rt.kick_evictor_if_low();
 }

@@ -31,6 +31,12 @@
 //! milliseconds once per change of working set; in steady state victims
 //! turn up within the first turn.
 //!
+//! **Kept huge regions.** In memory advised `MADV_HUGEPAGE`, the hand
+//! passes over pages of kept 2 MiB regions in its first turn of a call
+//! (`policy::huge_regions`); from the second turn on it takes them like any
+//! other, so kept regions can slow a call down but never leave it without
+//! victims.
+//!
 //! Cost per page: one 4 KiB copy into a frame when demoted, and for pages
 //! touched during probation one fault (a few microseconds) instead of a
 //! device read.
@@ -92,10 +98,19 @@ impl Policy for Clock {
                 self.ring.push(page);
                 continue;
             }
+            // Kept huge regions shield their pages in the hand's first turn
+            // of a call only: whatever the regions hold, a call that finds
+            // too few victims in one turn takes them in the next.
+            if looked < ring_len && state.kind() == Kind::Resident && table.regions().shields(page)
+            {
+                self.ring.push(page);
+                continue;
+            }
             if unmark_queued(table, page).kind() == Kind::Resident {
                 out.push(page);
             }
         }
+        table.regions().count_demoted(out.len());
     }
 
     fn probation_share(&self) -> u32 {
@@ -107,6 +122,7 @@ impl Policy for Clock {
 mod tests {
     use super::*;
     use crate::page_table::PageState;
+    use crate::policy::huge_regions;
 
     fn resident(table: &PageTable, page: PageNo, referenced: bool) {
         table.update_unchecked(page, |s| {
@@ -187,6 +203,31 @@ mod tests {
         clock.pick_victims(&t, 2, &mut out);
         assert_eq!(out, [0, 1]);
         assert!(!heat::spend_credits(&t, 2, 1), "page 2 is next");
+    }
+
+    #[test]
+    fn kept_huge_regions_never_hide_every_victim() {
+        // One advised 2 MiB region, resident, kept and proven, is all the
+        // ring holds: its samples leave in the first turn, the rest in the
+        // second.
+        let t = PageTable::new(1024).unwrap();
+        let clock = Clock::default();
+        t.regions().advise(0, 512, true);
+        for page in 0..512 {
+            resident(&t, page, false);
+            t.regions().on_resident(page, true);
+            clock.admit(&t, page);
+        }
+        t.regions().settle(4096);
+        t.regions().on_resident(0, true);
+        let mut out = Vec::new();
+        clock.pick_victims(&t, 64, &mut out);
+        assert_eq!(out.len(), 64, "a call still finds what it asks for");
+        assert_eq!(
+            &out[..huge_regions::SAMPLES as usize],
+            &(0..huge_regions::SAMPLES).collect::<Vec<_>>()[..],
+            "the region's samples go first"
+        );
     }
 
     #[test]

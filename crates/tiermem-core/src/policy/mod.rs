@@ -8,6 +8,7 @@
 mod clock;
 mod fifo;
 pub(crate) mod heat;
+pub mod huge_regions;
 mod s3fifo;
 
 pub use clock::Clock;

@@ -107,6 +107,10 @@ impl Runtime {
                         }
                         // Whatever is allocated here next is new memory.
                         rt.table.forget_heat(page);
+                        rt.table.regions().on_leave(page);
+                        if to == Kind::Free {
+                            rt.table.regions().forget(page);
+                        }
                         if kind != Kind::Zero {
                             held_data += 1;
                         }

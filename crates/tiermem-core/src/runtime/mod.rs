@@ -115,6 +115,12 @@ impl Runtime {
         let page = rt.page_size as u64;
         let mut s = Stats::default();
         rt.counters.fill(&mut s);
+        let regions = rt.table.regions().counts();
+        s.huge_regions_kept = regions.kept;
+        s.huge_regions_formed = regions.formed;
+        s.huge_regions_proven = regions.proven;
+        s.huge_regions_dropped = regions.dropped;
+        s.huge_regions_displaced = regions.displaced;
         let allocated_pages = rt
             .ranges
             .lock()

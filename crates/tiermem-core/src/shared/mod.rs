@@ -179,14 +179,16 @@ impl Shared {
         let budget_pages = config.budget_pages();
         let frames = FramePool::new(frame_capacity(page_size, config.handler_threads), page_size)?;
         let errors = config.errors;
+        let table = if signals {
+            PageTable::with_owner_waits(arena_pages)?
+        } else {
+            PageTable::new(arena_pages)?
+        };
+        table.regions().set_page_size(page_size);
         Ok(Shared {
             page_size,
             base_page: base_page_size(),
-            table: if signals {
-                PageTable::with_owner_waits(arena_pages)?
-            } else {
-                PageTable::new(arena_pages)?
-            },
+            table,
             slots: Replaceable::new(Box::new(SlotAllocator::new(capacity)?)),
             policy: new_policy(config.policy),
             budget: Budget::new(budget_pages),
