@@ -173,7 +173,10 @@ impl<'a> Evictor<'a> {
     /// Frees pages until the watermark is restored or nothing can move.
     fn run(&mut self) {
         self.fit_pool_to_share();
-        self.rt.table.regions().settle(self.page_budget());
+        let mapped = self
+            .page_budget()
+            .saturating_sub(self.rt.probation_target());
+        self.rt.table.regions().settle(mapped);
         loop {
             let need = self.rt.pages_to_free();
             if need == 0 || self.rt.stopping() {

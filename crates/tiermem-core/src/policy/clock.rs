@@ -218,7 +218,7 @@ mod tests {
             t.regions().on_resident(page, true);
             clock.admit(&t, page);
         }
-        t.regions().settle(4096);
+        t.regions().settle(3072);
         t.regions().on_resident(0, true);
         let mut out = Vec::new();
         clock.pick_victims(&t, 64, &mut out);

@@ -13,19 +13,22 @@
 //!
 //! - **Forming.** A region of advised memory that fills completely (every
 //!   page installed, none leaving in between) is *kept*, while kept regions
-//!   hold at most 5/8 of the budget; past that, the kept region touched
+//!   hold at most 5/6 of the pages the budget keeps mapped (5/8 of the
+//!   budget, less the compressed pool's part); past that, the kept region touched
 //!   longest ago makes room (the evictor decides, off the fault path).
 //! - **Proving.** A kept region is shielded from the CLOCK hand only once a
 //!   fault shows it in use after it was kept (a miss or a probation touch
 //!   of one of its pages). A region filled by a sweep that moved on never
 //!   proves itself, and leaves in CLOCK order like any other memory, so a
 //!   new working set is not crowded out by the one before.
-//! - **Checking.** Once per epoch (half the budget's pages demoted) the
+//! - **Checking.** Once per epoch (2/3 of the mapped pages demoted: half
+//!   the budget without a compressed pool) the
 //!   hand lets [`SAMPLES`] pages of each proven region go to probation, and
 //!   shields the rest. A region with no fault at all since its last check's
 //!   samples went out has gone cold: it is no longer kept.
-//! - **Never all of DRAM.** The share is of the budget left to pages (the
-//!   compressed pool takes its part first), and the hand honours shields in
+//! - **Never all of DRAM.** The share is of the pages left mapped (the
+//!   compressed pool and probation take their parts first), and the hand
+//!   honours shields in
 //!   its first turn of a call only (`policy::clock`): kept regions can slow
 //!   the evictor, never stop it.
 //!
@@ -54,9 +57,10 @@ pub const REGION_BYTES: usize = 2 << 20;
 /// Pages of a proven region that go to probation per epoch as its check.
 pub const SAMPLES: u32 = 8;
 
-/// Kept regions hold at most this share of the budget, in 1/256ths (5/8):
-/// the rest turns over in CLOCK order, next to probation's quarter.
-const KEPT_SHARE: u64 = 160;
+/// Kept regions hold at most KEPT_SHARE of the pages the budget leaves
+/// mapped (5/8 of a budget whose quarter is probation, with no compressed
+/// pool): the rest turns over in CLOCK order.
+const KEPT_SHARE: (u64, u64) = (5, 6);
 
 // The region word.
 const HINT: u64 = 1 << 63;
@@ -145,7 +149,8 @@ pub struct HugeRegions {
     shift: AtomicU32,
     epoch: AtomicU32,
     demoted_in_epoch: AtomicU64,
-    budget_pages: AtomicU64,
+    /// Pages the budget keeps mapped, as of the last settling.
+    mapped_pages: AtomicU64,
     /// Regions that filled while not kept; the evictor settles them.
     filled: SegQueue<u32>,
     /// Regions kept, as the evictor last saw them. Only the evictor's
@@ -189,7 +194,7 @@ impl HugeRegions {
             shift: AtomicU32::new(9),
             epoch: AtomicU32::new(0),
             demoted_in_epoch: AtomicU64::new(0),
-            budget_pages: AtomicU64::new(0),
+            mapped_pages: AtomicU64::new(0),
             filled: SegQueue::new(),
             kept: Mutex::new(Vec::new()),
             counts: Counts::default(),
@@ -347,9 +352,9 @@ impl HugeRegions {
         before_w.sampled() >= SAMPLES as u16
     }
 
-    /// The hand gave `n` victims: epochs last half the budget's pages.
+    /// The hand gave `n` victims: epochs last 2/3 of the mapped pages.
     pub fn count_demoted(&self, n: usize) {
-        let epoch_len = (self.budget_pages.load(Ordering::Relaxed) / 2).max(1);
+        let epoch_len = (self.mapped_pages.load(Ordering::Relaxed) * 2 / 3).max(1);
         let seen = self.demoted_in_epoch.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         if seen >= epoch_len {
             self.demoted_in_epoch.store(0, Ordering::Relaxed);
@@ -357,19 +362,21 @@ impl HugeRegions {
         }
     }
 
-    /// Keeps the regions that filled since the last call, within the
-    /// budget's share, the kept region touched longest ago making room.
-    /// Called by the evictor before it picks victims.
+    /// Keeps the regions that filled since the last call, within their
+    /// share of the `mapped_pages` the budget leaves mapped, the kept region
+    /// touched longest ago making room. Called by the evictor before it
+    /// picks victims.
     ///
     /// A smaller budget (a VM moved from Gold to Bronze) gives up the
     /// stalest kept regions at once: shielded pages must never be all the
     /// hand can find.
-    pub fn settle(&self, budget_pages: u64) {
-        let before = self.budget_pages.swap(budget_pages, Ordering::Relaxed);
-        if self.filled.is_empty() && before == budget_pages {
+    pub fn settle(&self, mapped_pages: u64) {
+        let before = self.mapped_pages.swap(mapped_pages, Ordering::Relaxed);
+        if self.filled.is_empty() && before == mapped_pages {
             return;
         }
-        let cap = (budget_pages * KEPT_SHARE / 256) >> self.shift.load(Ordering::Relaxed);
+        let cap =
+            (mapped_pages * KEPT_SHARE.0 / KEPT_SHARE.1) >> self.shift.load(Ordering::Relaxed);
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         kept.retain(|&r| self.load(r).keep() != Keep::No);
         while kept.len() as u64 > cap {
@@ -457,7 +464,7 @@ mod tests {
         for p in R..2 * R - 1 {
             h.on_resident(p as PageNo, true); // one page short
         }
-        h.settle(64 * R);
+        h.settle(48 * R);
         assert_eq!(h.keep_of(0), Keep::Unproven);
         assert_eq!(h.keep_of(R as PageNo), Keep::No);
         assert_eq!(h.keep_of(2 * R as PageNo), Keep::No);
@@ -472,7 +479,7 @@ mod tests {
         }
         h.on_leave(3);
         h.on_resident(R as PageNo - 1, true);
-        h.settle(64 * R);
+        h.settle(48 * R);
         assert_eq!(h.keep_of(0), Keep::No);
     }
 
@@ -481,7 +488,7 @@ mod tests {
         let h = HugeRegions::new(4 * R).unwrap();
         h.advise(0, R, true);
         fill(&h, 0, true);
-        h.settle(64 * R);
+        h.settle(48 * R);
         assert!(!h.shields(5), "a sweep's region leaves in CLOCK order");
         h.on_resident(5, false);
         assert_eq!(h.keep_of(0), Keep::Unproven, "read-ahead proves nothing");
@@ -489,36 +496,41 @@ mod tests {
         assert_eq!(h.keep_of(0), Keep::Proven);
     }
 
-    fn proven_region(budget: u64) -> HugeRegions {
+    /// Enough demotions to start the next epoch, for `mapped` pages.
+    fn next_epoch(h: &HugeRegions, mapped: u64) {
+        h.count_demoted(mapped as usize);
+    }
+
+    fn proven_region(mapped: u64) -> HugeRegions {
         let h = HugeRegions::new(4 * R).unwrap();
         h.advise(0, R, true);
         fill(&h, 0, true);
-        h.settle(budget);
+        h.settle(mapped);
         h.on_resident(0, true);
         h
     }
 
     #[test]
     fn a_proven_region_lets_out_its_samples_and_shields_the_rest() {
-        let h = proven_region(64 * R);
+        let h = proven_region(48 * R);
         let out = (0..100).filter(|&p| !h.shields(p)).count();
         assert_eq!(out, SAMPLES as usize);
     }
 
     #[test]
     fn a_region_untouched_since_its_check_is_dropped() {
-        let budget = 64 * R;
-        let h = proven_region(budget);
+        let mapped = 48 * R;
+        let h = proven_region(mapped);
         for p in 0..SAMPLES {
             assert!(!h.shields(p));
         }
         // The proving fault came in the check's own epoch, before its
         // samples: it counts for that check. The next check's samples go
         // out in the next epoch, and nothing touches the region after.
-        h.count_demoted(budget as usize / 2);
+        next_epoch(&h, mapped);
         assert!(!h.shields(40), "the next check's first sample");
         assert_eq!(h.keep_of(0), Keep::Proven);
-        h.count_demoted(budget as usize / 2);
+        next_epoch(&h, mapped);
         assert!(!h.shields(50), "the check failed");
         assert_eq!(h.keep_of(0), Keep::No);
         assert!(!h.shields(51), "pages of a dropped region are victims");
@@ -526,35 +538,35 @@ mod tests {
 
     #[test]
     fn a_region_touched_since_its_check_stays() {
-        let budget = 64 * R;
-        let h = proven_region(budget);
+        let mapped = 48 * R;
+        let h = proven_region(mapped);
         for p in 0..SAMPLES {
             assert!(!h.shields(p));
         }
-        h.count_demoted(budget as usize / 2);
+        next_epoch(&h, mapped);
         h.on_resident(3, true); // a sample came back: the region is in use
-        h.count_demoted(budget as usize / 2);
+        next_epoch(&h, mapped);
         assert!(!h.shields(60), "a new check's first sample");
         assert_eq!(h.keep_of(0), Keep::Proven);
     }
 
     #[test]
     fn kept_regions_stay_within_their_share_and_the_stalest_makes_room() {
-        // A budget of 8 regions: 5 kept at most.
-        let budget = 8 * R;
+        // Six regions' worth mapped: 5 kept at most.
+        let mapped = 6 * R;
         let h = HugeRegions::new(16 * R).unwrap();
         h.advise(0, 16 * R, true);
         for region in 0..5 {
             fill(&h, region, true);
         }
-        h.settle(budget);
+        h.settle(mapped);
         assert_eq!(h.kept_regions(), 5);
-        h.count_demoted(budget as usize / 2);
+        next_epoch(&h, mapped);
         for region in [0, 2, 3, 4] {
             h.on_resident((region * R) as PageNo, true);
         }
         fill(&h, 9, true);
-        h.settle(budget);
+        h.settle(mapped);
         assert_eq!(h.kept_regions(), 5);
         assert_eq!(
             h.keep_of(R as PageNo),
@@ -571,9 +583,9 @@ mod tests {
         for region in 0..5 {
             fill(&h, region, true);
         }
-        h.settle(8 * R);
+        h.settle(6 * R);
         assert_eq!(h.kept_regions(), 5);
-        h.settle(4 * R); // room for 2
+        h.settle(3 * R); // room for 2
         assert_eq!(h.kept_regions(), 2);
         h.settle(R); // none
         assert_eq!(h.kept_regions(), 0);
@@ -585,7 +597,7 @@ mod tests {
         h.advise(0, 2 * R, true);
         fill(&h, 0, true);
         fill(&h, 1, true);
-        h.settle(64 * R);
+        h.settle(48 * R);
         h.advise(0, R, false);
         h.forget(R as PageNo + 7);
         assert!(!h.is_advised(0));
