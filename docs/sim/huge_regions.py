@@ -28,9 +28,8 @@ Example: docs/sim/huge_regions.py 65536 39321
 
 import argparse
 import collections
-import random
 
-from permutation_passes import density, passes, read_twice, uniform, zipf
+from permutation_passes import density, workloads
 
 
 def huge(trace, C, R=512, K=8, cap=0.625, epoch_share=0.5, pshare=0.25, warm=0, measure=None):
@@ -124,19 +123,7 @@ def main():
     ap.add_argument("--epoch", type=float, default=0.5)
     a = ap.parse_args()
     n, c = a.pages, a.budget
-    rng = random.Random(9)
-    perm = list(range(n))
-    rng.shuffle(perm)
-    work = {
-        "passes": (passes(n, 4, 1), 2 * n, None),
-        "loop": (list(range(n)) + perm * 3, 2 * n, None),
-        "uniform": (uniform(n, 4 * n, 2), 2 * n, None),
-        "zipf": (zipf(n, 4 * n, 3), 2 * n, None),
-    }
-    for b in (0.5, 0.8, 0.95):
-        trace, window = read_twice(c, int(b * c), a.region)
-        work[f"read-twice {b}"] = (trace, 0, window)
-    for name, (trace, warm, window) in work.items():
+    for name, (trace, warm, window) in workloads(n, c, a.region, 4).items():
         without = density(trace, c, a.region, None, warm=warm, measure=window)
         with_regions = huge(trace, c, a.region, a.samples, a.cap, a.epoch, warm=warm, measure=window)
         print(f"{name:16} without {without}  with regions {with_regions}", flush=True)

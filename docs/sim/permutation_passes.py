@@ -163,6 +163,25 @@ def keep(trace, C, R, theta, k=8, pshare=0.25, warm=0, measure=None, keep_on=Tru
     return round(hits/max(n,1),3)
 
 
+def workloads(n, c, region, rounds):
+    """Every trace by name: (trace, accesses before measuring, measured
+    window or None). `rounds` passes (or repeats of the loop); the first is
+    not measured."""
+    rng = random.Random(9)
+    perm = list(range(n))
+    rng.shuffle(perm)
+    work = {
+        "passes": (passes(n, rounds, 1), 2 * n, None),
+        "loop": (list(range(n)) + perm * (rounds - 1), 2 * n, None),
+        "uniform": (uniform(n, rounds * n, 2), 2 * n, None),
+        "zipf": (zipf(n, rounds * n, 3), 2 * n, None),
+    }
+    for b in (0.5, 0.8, 0.95):
+        trace, window = read_twice(c, int(b * c), region)
+        work[f"read-twice {b}"] = (trace, 0, window)
+    return work
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pages", type=int)
@@ -173,19 +192,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="run the (slow) keep model too")
     a = ap.parse_args()
     n, c = a.pages, a.budget
-    rng = random.Random(9)
-    perm = list(range(n))
-    rng.shuffle(perm)
-    work = {
-        "passes": (passes(n, 5, 1), 2 * n, None),
-        "loop": (list(range(n)) + perm * 4, 2 * n, None),
-        "uniform": (uniform(n, 5 * n, 2), 2 * n, None),
-        "zipf": (zipf(n, 5 * n, 3), 2 * n, None),
-    }
-    for b in (0.5, 0.8, 0.95):
-        trace, window = read_twice(c, int(b * c), a.region)
-        work[f"read-twice {b}"] = (trace, 0, window)
-    for name, (trace, warm, window) in work.items():
+    for name, (trace, warm, window) in workloads(n, c, a.region, 5).items():
         row = {
             "tiermem": density(trace, c, a.region, None, warm=warm, measure=window),
             "kernel": kernel(trace, c, warm) if window is None else "-",
