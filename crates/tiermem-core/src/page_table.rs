@@ -277,7 +277,7 @@ impl PageTable {
             states: Mapping::reserve(n * 8, "reserving the page-state table")?,
             frames: Mapping::reserve(n * 4, "reserving the probation frame table")?,
             heat: Mapping::reserve(n, "reserving the page heat table")?,
-            regions: HugeRegions::new(pages)?,
+            regions: HugeRegions::new(pages, 4096)?,
             pages,
             owner_waits: None,
         })
@@ -418,6 +418,13 @@ impl PageTable {
         assert!((page as u64) < self.pages);
         // SAFETY: as for `word`, with u8 elements (no alignment needed).
         unsafe { &*(self.heat.as_ptr() as *const AtomicU8).add(page as usize) }
+    }
+
+    /// The same table, for pages of `page_size` bytes (4 KiB otherwise):
+    /// how many pages make a huge region depends on it.
+    pub fn for_page_size(mut self, page_size: usize) -> Result<PageTable> {
+        self.regions = HugeRegions::new(self.pages, page_size)?;
+        Ok(self)
     }
 
     /// The 2 MiB regions of memory advised `MADV_HUGEPAGE` (see

@@ -146,7 +146,7 @@ pub struct HugeRegions {
     words: Mapping,
     regions: u64,
     /// log2 of the pages in a region.
-    shift: AtomicU32,
+    shift: u32,
     epoch: AtomicU32,
     demoted_in_epoch: AtomicU64,
     /// Pages the budget keeps mapped, as of the last settling.
@@ -154,8 +154,9 @@ pub struct HugeRegions {
     /// Regions that filled while not kept; the evictor settles them.
     filled: SegQueue<u32>,
     /// Regions kept, as the evictor last saw them. Only the evictor's
-    /// thread locks it (and a stats reader, rarely).
+    /// thread locks it, and never across a fork (the evictor is parked).
     kept: Mutex<Vec<u32>>,
+    kept_now: AtomicU64,
     counts: Counts,
 }
 
@@ -184,36 +185,32 @@ pub struct RegionCounts {
 }
 
 impl HugeRegions {
-    /// Regions for an arena of `pages` 4 KiB pages (see
-    /// [`HugeRegions::set_page_size`] for other sizes).
-    pub fn new(pages: u64) -> Result<HugeRegions> {
-        let regions = pages.div_ceil(1 << 9).max(1);
+    /// Regions for an arena of `pages` pages of `page_size` bytes: a region
+    /// is [`REGION_BYTES`] of pages (one page for pages that large or
+    /// larger).
+    pub fn new(pages: u64, page_size: usize) -> Result<HugeRegions> {
+        let shift = (REGION_BYTES / page_size.max(1)).max(1).ilog2();
+        let regions = pages.div_ceil(1 << shift).max(1);
         Ok(HugeRegions {
             words: Mapping::reserve(regions as usize * 8, "reserving the huge-region table")?,
             regions,
-            shift: AtomicU32::new(9),
+            shift,
             epoch: AtomicU32::new(0),
             demoted_in_epoch: AtomicU64::new(0),
             mapped_pages: AtomicU64::new(0),
             filled: SegQueue::new(),
             kept: Mutex::new(Vec::new()),
+            kept_now: AtomicU64::new(0),
             counts: Counts::default(),
         })
     }
 
-    /// Sets the page size once, before any page is tiered: a region is
-    /// [`REGION_BYTES`] of pages (one page for pages that large or larger).
-    pub fn set_page_size(&self, page_size: usize) {
-        let pages = (REGION_BYTES / page_size.max(1)).max(1);
-        self.shift.store(pages.ilog2(), Ordering::Relaxed);
-    }
-
     fn region_pages(&self) -> u64 {
-        1 << self.shift.load(Ordering::Relaxed)
+        1 << self.shift
     }
 
     fn region_of(&self, page: PageNo) -> u32 {
-        (page as u64 >> self.shift.load(Ordering::Relaxed)) as u32
+        (page as u64 >> self.shift) as u32
     }
 
     fn word(&self, region: u32) -> &AtomicU64 {
@@ -257,7 +254,7 @@ impl HugeRegions {
             if on {
                 self.update(region as u32, |w| Word(w.0 | HINT));
             } else {
-                self.word(region as u32).store(0, Ordering::Relaxed);
+                self.clear(region as u32);
             }
         }
     }
@@ -266,8 +263,27 @@ impl HugeRegions {
     pub fn forget(&self, page: PageNo) {
         let region = self.region_of(page);
         if self.load(region).0 != 0 {
-            self.word(region).store(0, Ordering::Relaxed);
+            self.clear(region);
         }
+    }
+
+    /// Forgets everything about `region`, its advice included.
+    fn clear(&self, region: u32) {
+        let old = Word(self.word(region).swap(0, Ordering::Relaxed));
+        if old.keep() != Keep::No {
+            self.kept_now.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends the keeping of `region`. True if it was kept: whoever ends it
+    /// (a check, the evictor making room, an unmap) counts it once.
+    fn unkeep(&self, region: u32) -> bool {
+        let (old, _) = self.update(region, |w| w.with_keep(Keep::No));
+        let was_kept = old.keep() != Keep::No;
+        if was_kept {
+            self.kept_now.fetch_sub(1, Ordering::Relaxed);
+        }
+        was_kept
     }
 
     /// Whether `page` lies in advised memory.
@@ -333,8 +349,9 @@ impl HugeRegions {
         if w.checked() != epoch {
             if w.sampled() > 0 && before(w.touched(), w.checked()) {
                 // No fault since the last check's samples went out.
-                self.update(region, |w| w.with_keep(Keep::No));
-                self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+                if self.unkeep(region) {
+                    self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+                }
                 return false;
             }
             self.update(region, |w| {
@@ -375,8 +392,7 @@ impl HugeRegions {
         if self.filled.is_empty() && before == mapped_pages {
             return;
         }
-        let cap =
-            (mapped_pages * KEPT_SHARE.0 / KEPT_SHARE.1) >> self.shift.load(Ordering::Relaxed);
+        let cap = (mapped_pages * KEPT_SHARE.0 / KEPT_SHARE.1) >> self.shift;
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         kept.retain(|&r| self.load(r).keep() != Keep::No);
         while kept.len() as u64 > cap {
@@ -404,14 +420,15 @@ impl HugeRegions {
                     .with_sampled(0)
             });
             kept.push(region);
+            self.kept_now.fetch_add(1, Ordering::Relaxed);
             self.counts.formed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     fn displace(&self, kept: &mut Vec<u32>, index: usize) {
-        self.update(kept[index], |w| w.with_keep(Keep::No));
-        kept.swap_remove(index);
-        self.counts.displaced.fetch_add(1, Ordering::Relaxed);
+        if self.unkeep(kept.swap_remove(index)) {
+            self.counts.displaced.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub fn counts(&self) -> RegionCounts {
@@ -434,12 +451,10 @@ impl HugeRegions {
             .map(|(i, _)| i)
     }
 
-    /// Regions kept, as of the evictor's last settling.
+    /// Regions kept now. A counter, not the evictor's list, so that a
+    /// stats reader never holds a lock a `fork` could copy held.
     pub fn kept_regions(&self) -> usize {
-        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        kept.iter()
-            .filter(|&&r| self.load(r).keep() != Keep::No)
-            .count()
+        self.kept_now.load(Ordering::Relaxed) as usize
     }
 }
 
@@ -457,7 +472,7 @@ mod tests {
 
     #[test]
     fn only_advised_regions_that_fill_are_kept() {
-        let h = HugeRegions::new(8 * R).unwrap();
+        let h = HugeRegions::new(8 * R, 4096).unwrap();
         h.advise(0, 2 * R, true);
         fill(&h, 0, true);
         fill(&h, 2, true); // not advised
@@ -472,7 +487,7 @@ mod tests {
 
     #[test]
     fn a_page_that_leaves_restarts_the_fill() {
-        let h = HugeRegions::new(4 * R).unwrap();
+        let h = HugeRegions::new(4 * R, 4096).unwrap();
         h.advise(0, R, true);
         for p in 0..R - 1 {
             h.on_resident(p as PageNo, true);
@@ -485,7 +500,7 @@ mod tests {
 
     #[test]
     fn an_unproven_region_is_not_shielded_and_a_fault_proves_it() {
-        let h = HugeRegions::new(4 * R).unwrap();
+        let h = HugeRegions::new(4 * R, 4096).unwrap();
         h.advise(0, R, true);
         fill(&h, 0, true);
         h.settle(48 * R);
@@ -502,7 +517,7 @@ mod tests {
     }
 
     fn proven_region(mapped: u64) -> HugeRegions {
-        let h = HugeRegions::new(4 * R).unwrap();
+        let h = HugeRegions::new(4 * R, 4096).unwrap();
         h.advise(0, R, true);
         fill(&h, 0, true);
         h.settle(mapped);
@@ -554,7 +569,7 @@ mod tests {
     fn kept_regions_stay_within_their_share_and_the_stalest_makes_room() {
         // Six regions' worth mapped: 5 kept at most.
         let mapped = 6 * R;
-        let h = HugeRegions::new(16 * R).unwrap();
+        let h = HugeRegions::new(16 * R, 4096).unwrap();
         h.advise(0, 16 * R, true);
         for region in 0..5 {
             fill(&h, region, true);
@@ -578,7 +593,7 @@ mod tests {
 
     #[test]
     fn a_smaller_budget_gives_up_kept_regions_at_once() {
-        let h = HugeRegions::new(16 * R).unwrap();
+        let h = HugeRegions::new(16 * R, 4096).unwrap();
         h.advise(0, 16 * R, true);
         for region in 0..5 {
             fill(&h, region, true);
@@ -593,7 +608,7 @@ mod tests {
 
     #[test]
     fn advice_off_and_unmapping_forget_the_region() {
-        let h = HugeRegions::new(4 * R).unwrap();
+        let h = HugeRegions::new(4 * R, 4096).unwrap();
         h.advise(0, 2 * R, true);
         fill(&h, 0, true);
         fill(&h, 1, true);
@@ -607,7 +622,7 @@ mod tests {
 
     #[test]
     fn advice_covers_whole_regions_only() {
-        let h = HugeRegions::new(4 * R).unwrap();
+        let h = HugeRegions::new(4 * R, 4096).unwrap();
         h.advise(1, 2 * R, true);
         assert!(!h.is_advised(0));
         assert!(h.is_advised(R as PageNo));
@@ -632,6 +647,23 @@ mod tests {
             cleared.0,
             HINT | QUEUED | 0xffff << TOUCHED_SHIFT | 0x1234 << CHECKED_SHIFT
         );
+    }
+
+    #[test]
+    fn every_page_of_an_arena_of_large_pages_has_a_region() {
+        // 64 KiB pages: 32 to a region, so 1,024 pages make 32 regions.
+        let h = HugeRegions::new(1024, 64 << 10).unwrap();
+        h.advise(0, 1024, true);
+        for page in 0..1024 {
+            h.on_resident(page, true);
+        }
+        h.settle(1024);
+        assert_eq!(h.kept_regions(), 26, "5/6 of 32 regions");
+        let huge = HugeRegions::new(8, 4 << 20).unwrap();
+        huge.advise(0, 8, true);
+        huge.on_resident(7, true);
+        huge.settle(8);
+        assert_eq!(huge.kept_regions(), 1, "a page as large as a region is one");
     }
 
     #[test]

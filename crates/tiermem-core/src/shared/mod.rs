@@ -183,8 +183,8 @@ impl Shared {
             PageTable::with_owner_waits(arena_pages)?
         } else {
             PageTable::new(arena_pages)?
-        };
-        table.regions().set_page_size(page_size);
+        }
+        .for_page_size(page_size)?;
         Ok(Shared {
             page_size,
             base_page: base_page_size(),
