@@ -346,27 +346,27 @@ impl HugeRegions {
             return false;
         }
         let epoch = self.epoch();
-        if w.checked() != epoch {
-            if w.sampled() > 0 && before(w.touched(), w.checked()) {
-                // No fault since the last check's samples went out.
-                if self.unkeep(region) {
-                    self.counts.dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                return false;
+        let new_check = w.checked() != epoch;
+        if new_check && w.sampled() > 0 && before(w.touched(), w.checked()) {
+            // No fault since the last check's samples went out.
+            if self.unkeep(region) {
+                self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             }
-            self.update(region, |w| {
-                w.with_field(CHECKED_SHIFT, epoch).with_sampled(0)
-            });
+            return false;
         }
-        let (before_w, _) = self.update(region, |w| {
-            let sampled = w.sampled();
-            if sampled < SAMPLES as u16 {
-                w.with_sampled(sampled + 1)
-            } else {
-                w
-            }
+        if !new_check && w.sampled() >= SAMPLES as u16 {
+            // This epoch's samples are out: the rest stay, with no write.
+            return true;
+        }
+        // One more sample, the first of a new check if the epoch moved on.
+        let (old, _) = self.update(region, |w| {
+            let w = match w.checked() == epoch {
+                true => w,
+                false => w.with_field(CHECKED_SHIFT, epoch).with_sampled(0),
+            };
+            w.with_sampled((w.sampled() + 1).min(SAMPLES as u16))
         });
-        before_w.sampled() >= SAMPLES as u16
+        old.checked() == epoch && old.sampled() >= SAMPLES as u16
     }
 
     /// The hand gave `n` victims: epochs last 2/3 of the mapped pages.
@@ -388,8 +388,8 @@ impl HugeRegions {
     /// stalest kept regions at once: shielded pages must never be all the
     /// hand can find.
     pub fn settle(&self, mapped_pages: u64) {
-        let before = self.mapped_pages.swap(mapped_pages, Ordering::Relaxed);
-        if self.filled.is_empty() && before == mapped_pages {
+        let previous = self.mapped_pages.swap(mapped_pages, Ordering::Relaxed);
+        if self.filled.is_empty() && previous == mapped_pages {
             return;
         }
         let cap = (mapped_pages * KEPT_SHARE.0 / KEPT_SHARE.1) >> self.shift;
