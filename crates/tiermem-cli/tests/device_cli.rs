@@ -47,7 +47,9 @@ fn device_measures_and_names_the_interrupt_cpus() {
     }
     // A guest that halts idle vCPUs at once inflates interrupt-completed
     // figures: the report says so there, and only there.
-    let halting_note = notes.iter().any(|n| n.contains("guest_halt_poll_ns=0"));
+    let halting_note = notes
+        .iter()
+        .any(|n| n.contains(tiermem_core::cpuidle::HALT_NOTE_MARK));
     assert_eq!(
         halting_note,
         tiermem_core::cpuidle::IdleWait::read().halts_at_once(),

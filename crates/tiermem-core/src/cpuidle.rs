@@ -2,14 +2,21 @@
 //!
 //! On a VM guest whose idle vCPUs halt at once, waking a sleeping thread
 //! on another vCPU, or delivering an interrupt to one, goes through the
-//! host: the vCPU gave up its time slice and must be scheduled again. The
-//! guest's `haltpoll` cpuidle governor can poll for a while before halting,
-//! but `guest_halt_poll_ns=0` turns that off. On the test VM that added
-//! 12–27 µs to every interrupt-completed read (device QD1 4 KiB read 58–75
-//! µs against 46–48 µs with polling on), and more to every kernel-swap
-//! miss, while tiermem's polling threads mostly avoid it. Figures from such a guest are only comparable
-//! with figures from one set the same way, so `tiermem bench` and
-//! `tiermem device` say when they run on one.
+//! host: the vCPU gave up its time slice and must be scheduled again. Two
+//! guest set-ups halt at once:
+//! - the `haltpoll` cpuidle driver with `guest_halt_poll_ns=0`: the
+//!   driver could poll for a while before halting, but the window is 0.
+//!   On the test VM that added 12–27 µs to every interrupt-completed read
+//!   (device QD1 4 KiB read 58–75 µs against 46–48 µs with polling on);
+//! - no cpuidle driver at all (`none`): the kernel's default idle routine
+//!   runs, a plain `HLT`, unless the kernel command line asks for
+//!   `idle=poll` or the CPU offers `MWAIT`. The test VM has run this way
+//!   since 2026-11-29; nothing at run time turns polling on there (the
+//!   `haltpoll` driver needs the host's poll-control feature).
+//!
+//! Figures from such a guest are only comparable with figures from one set
+//! the same way, so `tiermem bench` and `tiermem device` say when they run
+//! on one.
 
 use std::path::Path;
 
@@ -25,10 +32,29 @@ pub struct IdleWait {
     pub governor: Option<String>,
     /// The `haltpoll` governor's polling window, `guest_halt_poll_ns`.
     pub guest_halt_poll_ns: Option<u64>,
+    /// The kernel command line's `idle=` option (`poll`, `halt`,
+    /// `nomwait`), which picks the idle routine when no driver does.
+    pub idle_option: Option<String>,
+    /// The CPU has the `monitor` flag (`MONITOR`/`MWAIT`): without a
+    /// driver the kernel may then idle in `MWAIT` instead of `HLT`.
+    pub mwait: bool,
+}
+
+/// How a guest's idle vCPUs come to halt at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Halting {
+    /// The `haltpoll` driver with its polling window at 0.
+    PollingOff,
+    /// No cpuidle driver: the default idle routine, `HLT`.
+    PlainHalt,
 }
 
 /// Where the haltpoll governor's window is set.
 pub const HALT_POLL_PARAMETER: &str = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
+
+/// The words every note about halting vCPUs contains, for tests and
+/// scripts that look for one.
+pub const HALT_NOTE_MARK: &str = "idle vCPUs halt at once";
 
 impl IdleWait {
     /// Reads this machine's facts.
@@ -39,12 +65,14 @@ impl IdleWait {
     /// Reads the facts from a tree laid out like `/` (tests use a copy).
     pub fn read_from(root: &Path) -> IdleWait {
         let read = |p: &str| std::fs::read_to_string(root.join(p)).ok();
+        let has_flag = |info: &str, flag: &str| {
+            info.lines()
+                .filter(|l| l.starts_with("flags"))
+                .any(|l| l.split_whitespace().any(|f| f == flag))
+        };
+        let cpuinfo = read("proc/cpuinfo").unwrap_or_default();
         IdleWait {
-            guest: read("proc/cpuinfo").is_some_and(|info| {
-                info.lines()
-                    .filter(|l| l.starts_with("flags"))
-                    .any(|l| l.split_whitespace().any(|f| f == "hypervisor"))
-            }),
+            guest: has_flag(&cpuinfo, "hypervisor"),
             driver: read("sys/devices/system/cpu/cpuidle/current_driver")
                 .map(|d| d.trim().to_string()),
             governor: read("sys/devices/system/cpu/cpuidle/current_governor")
@@ -52,33 +80,64 @@ impl IdleWait {
                 .map(|g| g.trim().to_string()),
             guest_halt_poll_ns: read(HALT_POLL_PARAMETER.trim_start_matches('/'))
                 .and_then(|v| v.trim().parse().ok()),
+            idle_option: read("proc/cmdline").and_then(|line| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix("idle=").map(str::to_string))
+            }),
+            mwait: has_flag(&cpuinfo, "monitor"),
         }
     }
 
-    /// A VM guest whose idle vCPUs halt without polling first. Only the
-    /// `haltpoll` case is recognised: a guest that halts through
-    /// `acpi_idle` or plain `HLT` reads as false too.
+    /// How this VM guest's idle vCPUs halt without polling first, if they
+    /// do. A guest that halts through `acpi_idle` or another driver reads
+    /// as `None` too: `None` does not prove wake-ups cheap.
+    pub fn halting(&self) -> Option<Halting> {
+        if !self.guest {
+            return None;
+        }
+        match self.driver.as_deref() {
+            Some("haltpoll")
+                if self.governor.as_deref() == Some("haltpoll")
+                    && self.guest_halt_poll_ns == Some(0) =>
+            {
+                Some(Halting::PollingOff)
+            }
+            Some("none") if !self.mwait && self.idle_option.as_deref() != Some("poll") => {
+                Some(Halting::PlainHalt)
+            }
+            _ => None,
+        }
+    }
+
+    /// A VM guest whose idle vCPUs halt without polling first.
     pub fn halts_at_once(&self) -> bool {
-        self.guest
-            && self.driver.as_deref() == Some("haltpoll")
-            && self.governor.as_deref() == Some("haltpoll")
-            && self.guest_halt_poll_ns == Some(0)
+        self.halting().is_some()
     }
 
     /// A one-paragraph note for reports, if waking a thread is costly here.
     pub fn note(&self) -> Option<String> {
-        self.halts_at_once().then(|| {
-            format!(
-                "idle vCPUs halt at once on this VM (cpuidle driver haltpoll, \
-                 guest_halt_poll_ns=0): every wake-up of a sleeping thread and every \
-                 interrupt that reaches an idle vCPU goes through the host. That slows \
-                 interrupt-completed reads (the device QD1 figure, kernel swap, tiermem's \
-                 handler threads) more than polled ones (tiermem --faults signal), so \
-                 compare only with runs on a guest set the same way. Guest halt polling \
-                 (as root: echo 200000 > {HALT_POLL_PARAMETER}) spends idle host CPU on \
-                 shorter wake-ups, for every program on the guest"
-            )
-        })
+        let (cause, remedy) = match self.halting()? {
+            Halting::PollingOff => (
+                "cpuidle driver haltpoll, guest_halt_poll_ns=0".to_string(),
+                format!(
+                    "Guest halt polling (as root: echo 200000 > {HALT_POLL_PARAMETER}) \
+                     spends idle host CPU on shorter wake-ups, for every program on the guest"
+                ),
+            ),
+            Halting::PlainHalt => (
+                "no cpuidle driver: the default idle routine, HLT".to_string(),
+                "Nothing at run time turns polling on here: the haltpoll driver needs the \
+                 host's poll-control feature, and idle=poll is a kernel command-line option"
+                    .to_string(),
+            ),
+        };
+        Some(format!(
+            "{HALT_NOTE_MARK} on this VM ({cause}): every wake-up of a sleeping thread and \
+             every interrupt that reaches an idle vCPU goes through the host. That slows \
+             interrupt-completed reads (the device QD1 figure, kernel swap, tiermem's handler \
+             threads) more than polled ones (tiermem --faults signal), so compare only with \
+             runs on a guest set the same way. {remedy}"
+        ))
     }
 }
 
@@ -136,6 +195,35 @@ mod tests {
         let note = idle.note().expect("a note");
         assert!(note.contains("guest_halt_poll_ns=0"), "{note}");
         assert!(note.contains(HALT_POLL_PARAMETER), "{note}");
+        assert!(note.contains(HALT_NOTE_MARK), "{note}");
+    }
+
+    #[test]
+    fn a_guest_without_a_cpuidle_driver_halts_in_hlt() {
+        let dir = tree("fpu hypervisor", Some("none"), "menu", Some("200000"));
+        let idle = IdleWait::read_from(dir.path());
+        assert_eq!(idle.halting(), Some(Halting::PlainHalt), "{idle:?}");
+        let note = idle.note().expect("a note");
+        assert!(note.contains(HALT_NOTE_MARK), "{note}");
+        assert!(note.contains("HLT"), "{note}");
+        // The haltpoll window means nothing without the driver: no advice to set it.
+        assert!(!note.contains(HALT_POLL_PARAMETER), "{note}");
+    }
+
+    #[test]
+    fn idle_poll_or_mwait_keeps_a_driverless_guest_off_the_list() {
+        let dir = tree("fpu hypervisor", Some("none"), "menu", None);
+        std::fs::write(dir.path().join("proc/cmdline"), "quiet idle=poll\n").expect("cmdline");
+        let idle = IdleWait::read_from(dir.path());
+        assert_eq!(idle.idle_option.as_deref(), Some("poll"));
+        assert_eq!(idle.halting(), None, "{idle:?}");
+        let dir = tree("fpu hypervisor monitor", Some("none"), "menu", None);
+        let idle = IdleWait::read_from(dir.path());
+        assert!(idle.mwait);
+        assert_eq!(idle.halting(), None, "{idle:?}");
+        // Bare metal without a driver is not a guest's concern.
+        let dir = tree("fpu sse2", Some("none"), "menu", None);
+        assert_eq!(IdleWait::read_from(dir.path()).halting(), None);
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! How idle vCPUs wait: on a VM guest whose cpuidle driver is `haltpoll`
-//! with `guest_halt_poll_ns=0`, an idle vCPU halts at once, so waking a
-//! thread there (a fault handler, a task whose read completed) costs a
-//! round trip through the host, about 25 µs on the test VM. tiermem's idle
-//! spin (`TIERMEM_IDLE_SPIN_US`, 200 µs by default) keeps its handlers off
-//! the halt while a program pages; guest halt polling fixes it for every
-//! program (README, "On a VM: idle vCPUs that halt at once").
+//! with `guest_halt_poll_ns=0`, or that has no cpuidle driver and idles in
+//! `HLT`, an idle vCPU halts at once, so waking a thread there (a fault
+//! handler, a task whose read completed) costs a round trip through the
+//! host. tiermem's idle spin (`TIERMEM_IDLE_SPIN_US`, 200 µs by default)
+//! keeps its handlers off the halt while a program pages; guest halt
+//! polling, where the driver exists, fixes it for every program (README,
+//! "On a VM: idle vCPUs that halt at once").
 
-use tiermem_core::cpuidle::{IdleWait, HALT_POLL_PARAMETER};
+use tiermem_core::cpuidle::{Halting, IdleWait, HALT_POLL_PARAMETER};
 use tiermem_core::io_config::{DEFAULT_IDLE_SPIN_US, ENV_IDLE_SPIN};
 
 use crate::check::Check;
@@ -74,14 +75,23 @@ pub fn check(facts: &IdleFacts) -> Check {
             format!("tiermem's idle spin ({us} µs) keeps its handlers awake while a program pages")
         }
     };
-    if facts.wait.halts_at_once()
-        || (driver == "haltpoll" && facts.wait.guest_halt_poll_ns == Some(0))
-    {
-        return Check::warn(
+    let halting = facts.wait.halting().or_else(|| {
+        // A guest known by its vendor only still halts as its driver says.
+        (driver == "haltpoll" && facts.wait.guest_halt_poll_ns == Some(0))
+            .then_some(Halting::PollingOff)
+    });
+    match halting {
+        Some(Halting::PollingOff) => return Check::warn(
             NAME,
             format!("a VM guest whose idle vCPUs halt at once (cpuidle driver haltpoll, guest_halt_poll_ns=0): every wake-up of a sleeping thread and every interrupt to an idle vCPU goes through the host (about 25 µs on the test VM); {spin}"),
             format!("as root: echo 200000 > {HALT_POLL_PARAMETER} (halt polling for the whole guest), or keep TIERMEM_IDLE_SPIN_US at its default {DEFAULT_IDLE_SPIN_US}"),
-        );
+        ),
+        Some(Halting::PlainHalt) => return Check::warn(
+            NAME,
+            format!("a VM guest whose idle vCPUs halt at once (no cpuidle driver: the default idle routine, HLT): every wake-up of a sleeping thread and every interrupt to an idle vCPU goes through the host; {spin}"),
+            format!("keep TIERMEM_IDLE_SPIN_US at its default {DEFAULT_IDLE_SPIN_US}, or give programs that pass no tiered memory to system calls signal delivery (TIERMEM_FAULTS=signal: no hand-offs between threads); nothing at run time turns halt polling on here: the haltpoll driver needs the host's poll-control feature, and idle=poll is a kernel command-line option"),
+        ),
+        None => {}
     }
     match (driver, facts.wait.guest_halt_poll_ns) {
         ("haltpoll", Some(ns)) => Check::pass(
@@ -107,6 +117,8 @@ mod tests {
                 driver: driver.map(str::to_string),
                 governor: driver.map(str::to_string),
                 guest_halt_poll_ns: ns,
+                idle_option: None,
+                mwait: false,
             },
             vendor: None,
             idle_spin_us: spin,
@@ -146,6 +158,16 @@ mod tests {
         let c = check(&facts(true, Some("acpi_idle"), None, 200));
         assert_eq!(c.status, Status::Pass, "{c:?}");
         assert!(c.detail.contains("cannot tell"), "{c:?}");
+    }
+
+    #[test]
+    fn a_guest_without_a_driver_warns_without_the_haltpoll_knob() {
+        let c = check(&facts(true, Some("none"), Some(200_000), 200));
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(c.detail.contains("HLT"), "{c:?}");
+        let fix = c.fix.expect("a fix");
+        assert!(!fix.contains(HALT_POLL_PARAMETER), "{fix}");
+        assert!(fix.contains("TIERMEM_IDLE_SPIN_US"), "{fix}");
     }
 
     #[test]

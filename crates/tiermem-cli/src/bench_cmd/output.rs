@@ -6,7 +6,7 @@ use tiermem_bench::report::{self, DeviceRef};
 use tiermem_bench::result::{Mode, ModeResult};
 use tiermem_bench::runner::BenchPlan;
 use tiermem_bench::worker::Workload;
-use tiermem_core::cpuidle::IdleWait;
+use tiermem_core::cpuidle::{Halting, IdleWait};
 use tiermem_core::cpus::format_cpu_list;
 use tiermem_core::FaultDelivery;
 
@@ -150,7 +150,13 @@ fn idle_wait_json(idle: &IdleWait) -> serde_json::Value {
         "cpuidle_driver": idle.driver,
         "cpuidle_governor": idle.governor,
         "guest_halt_poll_ns": idle.guest_halt_poll_ns,
+        "idle_option": idle.idle_option,
+        "mwait": idle.mwait,
         "halts_at_once": idle.halts_at_once(),
+        "halting": idle.halting().map(|h| match h {
+            Halting::PollingOff => "haltpoll with guest_halt_poll_ns=0",
+            Halting::PlainHalt => "no cpuidle driver: HLT",
+        }),
         "note": idle.note(),
     })
 }
