@@ -10,9 +10,10 @@
 //!   (device QD1 4 KiB read 58–75 µs against 46–48 µs with polling on);
 //! - no cpuidle driver at all (`none`): the kernel's default idle routine
 //!   runs, a plain `HLT`, unless the kernel command line asks for
-//!   `idle=poll` or the CPU offers `MWAIT`. The test VM has run this way
-//!   since 2026-11-29; nothing at run time turns polling on there (the
-//!   `haltpoll` driver needs the host's poll-control feature).
+//!   `idle=poll` or the CPU offers `MWAIT`. The test VM runs this way now
+//!   (BENCHMARKS.md, "The machine and the method"); nothing at run time
+//!   turns polling on there (the `haltpoll` driver needs the host's
+//!   poll-control feature).
 //!
 //! Figures from such a guest are only comparable with figures from one set
 //! the same way, so `tiermem bench` and `tiermem device` say when they run
