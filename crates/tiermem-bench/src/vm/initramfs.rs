@@ -54,6 +54,7 @@ impl GuestImage {
             None => newest_boot_kernel(Path::new("/boot"))?,
         };
         let busybox = static_busybox()?;
+        remove_orphaned_dirs(tmp);
         let dir = private_dir(tmp)?;
         let image = GuestImage {
             kernel,
@@ -168,9 +169,43 @@ fn compile_walker(dir: &Path) -> anyhow::Result<PathBuf> {
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
+/// The prefix of every image directory; the creator's pid follows it.
+const DIR_PREFIX: &str = "tiermem-vm-";
+
+/// Removes the image directories under `tmp` whose creating process is
+/// gone. `Drop` removes a directory on every return, but a bench ended by
+/// a signal exits from its cleanup thread (which tears the kernel-swap
+/// sandbox down first) and a killed one runs nothing, leaving 3–4 MiB of
+/// kernel-sized initramfs behind each time. Best effort: a directory that
+/// cannot be read or removed stays. A bench in another pid namespace that
+/// shares this directory would read as gone; each namespace normally has
+/// a temporary directory of its own.
+fn remove_orphaned_dirs(tmp: &Path) {
+    let Ok(entries) = fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = creator_pid(&name.to_string_lossy()) else {
+            continue;
+        };
+        let gone = !Path::new("/proc").join(pid.to_string()).exists();
+        if gone && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The pid in an image directory's name, `tiermem-vm-<pid>-<n>`.
+fn creator_pid(name: &str) -> Option<u32> {
+    let (pid, n) = name.strip_prefix(DIR_PREFIX)?.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
 fn private_dir(tmp: &Path) -> anyhow::Result<PathBuf> {
     let dir = tmp.join(format!(
-        "tiermem-vm-{}-{}",
+        "{DIR_PREFIX}{}-{}",
         std::process::id(),
         NEXT_DIR.fetch_add(1, Ordering::Relaxed)
     ));
@@ -323,6 +358,31 @@ mod tests {
         assert_eq!(code, Some(2), "{text}");
         assert!(text.contains("unknown order 'zigzag'"), "{text}");
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn directories_of_dead_processes_are_removed_and_others_kept() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        // Above any pid_max the kernel allows (2^22), so never a live pid.
+        let dead = tmp.path().join(format!("{DIR_PREFIX}4294967295-0"));
+        let live = tmp
+            .path()
+            .join(format!("{DIR_PREFIX}{}-3", std::process::id()));
+        let unrelated = tmp.path().join(format!("{DIR_PREFIX}boot-4294967295"));
+        for d in [&dead, &live, &unrelated] {
+            fs::create_dir(d).expect("a dir");
+            fs::write(d.join("initramfs.cpio"), b"x").expect("a file");
+        }
+        remove_orphaned_dirs(tmp.path());
+        assert!(!dead.exists(), "the dead process's directory stayed");
+        assert!(live.exists(), "a running process's directory was removed");
+        assert!(
+            unrelated.exists(),
+            "a directory of another shape was removed"
+        );
+        assert_eq!(creator_pid("tiermem-vm-17-2"), Some(17));
+        assert_eq!(creator_pid("tiermem-vm-17"), None);
+        assert_eq!(creator_pid("tiermem-vm-boot-17"), None);
     }
 
     #[test]
