@@ -270,14 +270,22 @@ pub struct PageTable {
 }
 
 impl PageTable {
+    /// A table for `pages` pages of 4 KiB, as the unit tests build one.
+    #[cfg(test)]
     pub fn new(pages: u64) -> Result<PageTable> {
+        PageTable::with_page_size(pages, 4096)
+    }
+
+    /// A table for `pages` pages of `page_size` bytes: how many pages make
+    /// a huge region depends on it.
+    pub fn with_page_size(pages: u64, page_size: usize) -> Result<PageTable> {
         assert!(pages <= MAX_PAGES, "arena too large for u32 page numbers");
         let n = pages as usize;
         Ok(PageTable {
             states: Mapping::reserve(n * 8, "reserving the page-state table")?,
             frames: Mapping::reserve(n * 4, "reserving the probation frame table")?,
             heat: Mapping::reserve(n, "reserving the page heat table")?,
-            regions: HugeRegions::new(pages, 4096)?,
+            regions: HugeRegions::new(pages, page_size)?,
             pages,
             owner_waits: None,
         })
@@ -285,10 +293,10 @@ impl PageTable {
 
     /// A table whose busy pages can be waited for with
     /// [`Self::sleep_while_owned`] (signal delivery).
-    pub fn with_owner_waits(pages: u64) -> Result<PageTable> {
+    pub fn with_owner_waits(pages: u64, page_size: usize) -> Result<PageTable> {
         Ok(PageTable {
             owner_waits: Some(OwnerWaits::default()),
-            ..PageTable::new(pages)?
+            ..PageTable::with_page_size(pages, page_size)?
         })
     }
 
@@ -420,13 +428,6 @@ impl PageTable {
         unsafe { &*(self.heat.as_ptr() as *const AtomicU8).add(page as usize) }
     }
 
-    /// The same table, for pages of `page_size` bytes (4 KiB otherwise):
-    /// how many pages make a huge region depends on it.
-    pub fn for_page_size(mut self, page_size: usize) -> Result<PageTable> {
-        self.regions = HugeRegions::new(self.pages, page_size)?;
-        Ok(self)
-    }
-
     /// The 2 MiB regions of memory advised `MADV_HUGEPAGE` (see
     /// `policy::huge_regions`).
     pub fn regions(&self) -> &HugeRegions {
@@ -539,7 +540,7 @@ mod tests {
     #[test]
     fn finishing_a_page_wakes_whoever_sleeps_on_its_owner() {
         use std::time::{Duration, Instant};
-        let t = std::sync::Arc::new(PageTable::with_owner_waits(16).unwrap());
+        let t = std::sync::Arc::new(PageTable::with_owner_waits(16, 4096).unwrap());
         let loading = PageState::FREE.with_kind(Kind::Loading);
         assert!(t.transition(3, PageState::FREE, loading));
         let sleeper = {

@@ -180,11 +180,10 @@ impl Shared {
         let frames = FramePool::new(frame_capacity(page_size, config.handler_threads), page_size)?;
         let errors = config.errors;
         let table = if signals {
-            PageTable::with_owner_waits(arena_pages)?
+            PageTable::with_owner_waits(arena_pages, page_size)?
         } else {
-            PageTable::new(arena_pages)?
-        }
-        .for_page_size(page_size)?;
+            PageTable::with_page_size(arena_pages, page_size)?
+        };
         Ok(Shared {
             page_size,
             base_page: base_page_size(),
