@@ -10,10 +10,14 @@
 //!   (device QD1 4 KiB read 58–75 µs against 46–48 µs with polling on);
 //! - no cpuidle driver at all (`none`): the kernel's default idle routine
 //!   runs, a plain `HLT`, unless the kernel command line asks for
-//!   `idle=poll` or the CPU offers `MWAIT`. The test VM runs this way now
-//!   (BENCHMARKS.md, "The machine and the method"); nothing at run time
-//!   turns polling on there (the `haltpoll` driver needs the host's
-//!   poll-control feature).
+//!   `idle=poll` or the CPU offers `MWAIT`. No driver turns the host's own
+//!   halt polling off (the `haltpoll` driver does), so the host resumes a
+//!   halted vCPU quickly: on the test VM a thread
+//!   woken by the disk's interrupt on its own vCPU ran 5 µs later, one woken
+//!   from the other vCPU 11–25 µs later (docs/perf/wake_locality.bt). The
+//!   test VM runs this way now (BENCHMARKS.md, "The machine and the
+//!   method"); nothing at run time turns guest polling on there (the
+//!   `haltpoll` driver needs the host's poll-control feature).
 //!
 //! Figures from such a guest are only comparable with figures from one set
 //! the same way, so `tiermem bench` and `tiermem device` say when they run
@@ -117,27 +121,39 @@ impl IdleWait {
 
     /// A one-paragraph note for reports, if waking a thread is costly here.
     pub fn note(&self) -> Option<String> {
-        let (cause, remedy) = match self.halting()? {
+        let (cause, effect, remedy) = match self.halting()? {
             Halting::PollingOff => (
-                "cpuidle driver haltpoll, guest_halt_poll_ns=0".to_string(),
+                "cpuidle driver haltpoll, guest_halt_poll_ns=0",
+                "the driver turns the host's own polling off, so the host resumes a halted \
+                 vCPU slowly. That slows interrupt-completed reads (the device QD1 figure, \
+                 kernel swap, tiermem's handler threads) more than polled ones (tiermem \
+                 --faults signal)"
+                    .to_string(),
                 format!(
                     "Guest halt polling (as root: echo 200000 > {HALT_POLL_PARAMETER}) \
                      spends idle host CPU on shorter wake-ups, for every program on the guest"
                 ),
             ),
             Halting::PlainHalt => (
-                "no cpuidle driver: the default idle routine, HLT".to_string(),
-                "Nothing at run time turns polling on here: the haltpoll driver needs the \
-                 host's poll-control feature, and idle=poll is a kernel command-line option"
+                "no cpuidle driver: the default idle routine, HLT",
+                "the host resumes a halted vCPU quickly (KVM's own halt polling, on by \
+                 default, is left on where no driver turns it off), so a \
+                 thread woken by an interrupt on its own vCPU runs within microseconds, but \
+                 a wake-up sent to another vCPU is an interrupt between vCPUs that the host \
+                 delivers. A pager whose faulting thread waits for its own read (kernel \
+                 swap, tiermem --faults signal) pays for no such crossing; tiermem's handler \
+                 threads pay for two per fault, one to reach a handler and one to wake the \
+                 faulting thread"
+                    .to_string(),
+                "Nothing at run time turns guest polling on here: the haltpoll driver needs \
+                 the host's poll-control feature, and idle=poll is a kernel command-line option"
                     .to_string(),
             ),
         };
         Some(format!(
             "{HALT_NOTE_MARK} on this VM ({cause}): every wake-up of a sleeping thread and \
-             every interrupt that reaches an idle vCPU goes through the host. That slows \
-             interrupt-completed reads (the device QD1 figure, kernel swap, tiermem's handler \
-             threads) more than polled ones (tiermem --faults signal), so compare only with \
-             runs on a guest set the same way. {remedy}"
+             every interrupt that reaches an idle vCPU goes through the host, and {effect}. \
+             Compare only with runs on a guest set the same way. {remedy}"
         ))
     }
 }
@@ -197,6 +213,7 @@ mod tests {
         assert!(note.contains("guest_halt_poll_ns=0"), "{note}");
         assert!(note.contains(HALT_POLL_PARAMETER), "{note}");
         assert!(note.contains(HALT_NOTE_MARK), "{note}");
+        assert!(note.contains("resumes a halted vCPU slowly"), "{note}");
     }
 
     #[test]
@@ -207,6 +224,11 @@ mod tests {
         let note = idle.note().expect("a note");
         assert!(note.contains(HALT_NOTE_MARK), "{note}");
         assert!(note.contains("HLT"), "{note}");
+        // Here wake-ups are quick on a vCPU and costly between vCPUs: the
+        // note says which pagers pay for crossings, not that reads are slow.
+        assert!(note.contains("resumes a halted vCPU quickly"), "{note}");
+        assert!(note.contains("two per fault"), "{note}");
+        assert!(!note.contains("slows interrupt-completed reads"), "{note}");
         // The haltpoll window means nothing without the driver: no advice to set it.
         assert!(!note.contains(HALT_POLL_PARAMETER), "{note}");
     }
