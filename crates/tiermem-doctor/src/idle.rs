@@ -1,8 +1,10 @@
 //! How idle vCPUs wait: on a VM guest whose cpuidle driver is `haltpoll`
 //! with `guest_halt_poll_ns=0`, or that has no cpuidle driver and idles in
 //! `HLT`, an idle vCPU halts at once, so waking a thread there (a fault
-//! handler, a task whose read completed) costs a round trip through the
-//! host. tiermem's idle spin (`TIERMEM_IDLE_SPIN_US`, 200 µs by default)
+//! handler, a task whose read completed) goes through the host: slowly
+//! under `haltpoll`, which turns the host's own polling off; quickly on its
+//! own vCPU without a driver, where a wake-up sent to the other vCPU is
+//! what costs. tiermem's idle spin (`TIERMEM_IDLE_SPIN_US`, 200 µs by default)
 //! keeps its handlers off the halt while a program pages; guest halt
 //! polling, where the driver exists, fixes it for every program (README,
 //! "On a VM: idle vCPUs that halt at once").
@@ -88,7 +90,7 @@ pub fn check(facts: &IdleFacts) -> Check {
         ),
         Some(Halting::PlainHalt) => return Check::warn(
             NAME,
-            format!("a VM guest whose idle vCPUs halt at once (no cpuidle driver: the default idle routine, HLT): every wake-up of a sleeping thread and every interrupt to an idle vCPU goes through the host; {spin}"),
+            format!("a VM guest whose idle vCPUs halt at once (no cpuidle driver: the default idle routine, HLT): the host resumes a halted vCPU quickly, but a wake-up sent to another vCPU goes through it, and tiermem's handler threads send two per fault (to reach a handler, and to wake the faulting thread) where kernel swap sends none; {spin}"),
             format!("keep TIERMEM_IDLE_SPIN_US at its default {DEFAULT_IDLE_SPIN_US}, or give programs that pass no tiered memory to system calls signal delivery (TIERMEM_FAULTS=signal: no hand-offs between threads); nothing at run time turns halt polling on here: the haltpoll driver needs the host's poll-control feature, and idle=poll is a kernel command-line option"),
         ),
         None => {}
@@ -165,6 +167,7 @@ mod tests {
         let c = check(&facts(true, Some("none"), Some(200_000), 200));
         assert_eq!(c.status, Status::Warn, "{c:?}");
         assert!(c.detail.contains("HLT"), "{c:?}");
+        assert!(c.detail.contains("another vCPU"), "{c:?}");
         let fix = c.fix.expect("a fix");
         assert!(!fix.contains(HALT_POLL_PARAMETER), "{fix}");
         assert!(fix.contains("TIERMEM_IDLE_SPIN_US"), "{fix}");
