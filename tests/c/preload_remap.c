@@ -1,4 +1,4 @@
-/* mremap, madvise, munmap and mprotect on a large anonymous private mapping
+/* mremap, madvise, munmap, mincore and mprotect on a large anonymous private mapping
  * (above the interposer's threshold, so it is tiered), mostly evicted between
  * steps. Meant to run under `tiermem run --dram 1M`.
  *
@@ -202,6 +202,10 @@ int main(void) {
     step = "final check";
     verify(e, 0, PAGES(len));
     if (munmap(e, len) != 0) fail("munmap: %s", strerror(errno));
+    /* Unmapped memory is unmapped to mincore too. */
+    unsigned char residency[4];
+    if (mincore(e, 4 * PAGE, residency) == 0 || errno != ENOMEM)
+        fail("mincore of unmapped memory: not ENOMEM (%s)", strerror(errno));
 
     /* Below the threshold, and a length that is not a page multiple. */
     step = "small and odd-sized mappings";

@@ -714,6 +714,30 @@ fn discards_by_the_program_s_own_system_calls_neither_hang_nor_tear_pages() {
     );
 }
 
+/// madvise and mlock on tiered memory answer as the kernel's do (a locked
+/// page refuses MADV_DONTNEED and MADV_FREE with EINVAL and keeps its
+/// bytes, MADV_DONTNEED_LOCKED zeroes it and keeps it locked, MADV_REMOVE
+/// on private memory fails), a kernel lock made by the syscall instruction
+/// behind tiermem's back neither stops the evictor nor the free of its
+/// range (both aborted the program with "unmapping ... failed: Invalid
+/// argument"), and threads racing mlock, munlock and MADV_DONTNEED on the
+/// same pages while a region pages through the budget tear no byte
+/// (`tests/c/preload_madvise_locks.c`).
+#[test]
+fn madvise_and_mlock_answer_as_the_kernel_s_and_a_hidden_lock_stops_no_paging() {
+    c_program("preload_madvise_locks", "16M", &|_| Vec::new());
+}
+
+/// A program that has opened every descriptor its limit allows forks a
+/// child, which forks a grandchild: both start their pagers on the spare
+/// descriptors tiermem holds for forks and read every byte of their
+/// evicted memory back (`tests/c/preload_fork_fds.c`). Without the
+/// spares the child could not create its event descriptors and exited.
+#[test]
+fn a_program_out_of_descriptors_forks_children_that_page() {
+    c_program("preload_fork_fds", "8M", &|_| vec!["24".into()]);
+}
+
 /// The Go toolchain: `go` on PATH, or where the official tarball puts it.
 fn go_toolchain() -> Option<PathBuf> {
     find_in_path("go")
@@ -891,7 +915,8 @@ fn unmapped_memory_does_not_keep_its_protection() {
 }
 
 /// mremap (grow, shrink, regrow, move), MADV_DONTNEED, MADV_FREE, munmap of
-/// a middle part and mprotect on a tiered mapping.
+/// a middle part, mincore of unmapped memory (ENOMEM) and mprotect on a
+/// tiered mapping.
 #[test]
 fn c_mremap_madvise_munmap_mprotect() {
     c_program("preload_remap", "1M", &|_| Vec::new());

@@ -96,6 +96,12 @@ impl Pins {
         self.word(page).load(Ordering::Relaxed) & !UNREADABLE != 0
     }
 
+    /// Whether `page` is locked (`mlock`).
+    #[inline]
+    pub fn locked(&self, page: PageNo) -> bool {
+        self.word(page).load(Ordering::Relaxed) & LOCKED != 0
+    }
+
     /// Whether `page` may not be read through its mapping. Call after
     /// taking it (`Evicting`), as [`Pins::keeps_in_dram`].
     #[inline]

@@ -14,20 +14,29 @@ use crate::sys::thread::{self, Thread};
 pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
     let mut threads = Vec::new();
     let cpus = crate::sys::thread::allowed_cpus();
+    // Under signal delivery the faulting threads serve themselves: no
+    // handler threads, and a read-ahead thread if its ring was made.
     let handlers = match &shared.signal_slots {
         None => shared.config.handler_threads,
-        Some(slots) => {
-            shared.note_io_engine(slots.engine);
-            if let Some(reason) = &slots.fallback {
-                eprintln!("tiermem: io_uring is unavailable ({reason}); faulting threads read their pages with pread");
-            }
-            if slots.read_ahead.is_some() {
-                let s = Arc::clone(shared);
-                threads.push(spawn("tiermem-ahead".into(), move || read_ahead_loop(&s))?);
-            }
-            0
-        }
+        Some(_) => 0,
     };
+    let read_ahead = shared
+        .signal_slots
+        .as_ref()
+        .is_some_and(|slots| slots.read_ahead.is_some());
+    // The spares are topped up once every thread has opened its
+    // descriptors (see `spare_fds`).
+    crate::sys::spare_fds::expect_setups(handlers + 1 + usize::from(read_ahead));
+    if let Some(slots) = &shared.signal_slots {
+        shared.note_io_engine(slots.engine);
+        if let Some(reason) = &slots.fallback {
+            eprintln!("tiermem: io_uring is unavailable ({reason}); faulting threads read their pages with pread");
+        }
+    }
+    if read_ahead {
+        let s = Arc::clone(shared);
+        threads.push(spawn("tiermem-ahead".into(), move || read_ahead_loop(&s))?);
+    }
     for i in 0..handlers {
         let s = Arc::clone(shared);
         let cpu = cpus.get(i % cpus.len().max(1)).copied();

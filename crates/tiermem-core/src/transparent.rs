@@ -288,6 +288,25 @@ impl Runtime {
         parts
     }
 
+    /// Whether every page `[addr, addr+len)` touches inside the arena is
+    /// part of a live allocation: what the kernel's `mincore` calls mapped.
+    /// `munmap` gives tiered memory back to the arena, which stays mapped.
+    pub fn all_allocated(&self, addr: usize, len: usize) -> bool {
+        let touched = self.shared().pages_in(addr, len);
+        let range = Pages {
+            start: touched.start as u64,
+            pages: (touched.end - touched.start) as u64,
+        };
+        let mut live = 0;
+        self.for_each_zone(range, |zone, _, part| {
+            live += Self::live_parts(&lock(zone), part)
+                .iter()
+                .map(|p| p.pages)
+                .sum::<u64>();
+        });
+        live == range.pages
+    }
+
     /// Splits `range` at the boundary between the strict and lazy zones.
     fn for_each_zone(&self, range: Pages, mut f: impl FnMut(&Mutex<RangeAllocator>, bool, Pages)) {
         if range.pages == 0 {

@@ -558,11 +558,33 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
 unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {
     let rt = runtime();
     match advice {
+        // The kernel refuses to discard locked memory, and MADV_REMOVE is
+        // for shared memory only: private anonymous memory, locked or not,
+        // gets EINVAL and keeps its bytes.
+        libc::MADV_DONTNEED | libc::MADV_FREE if !rt.locked_runs(addr, len).is_empty() => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        libc::MADV_REMOVE => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
         // Contents are discarded: the pager must know, or an evicted page
         // would come back with its old data instead of zeros.
-        libc::MADV_DONTNEED | libc::MADV_REMOVE => rt.discard(addr, len, true),
+        libc::MADV_DONTNEED => rt.discard(addr, len, true),
         // MADV_FREE may keep the data until reclaim; tiermem discards at once.
         libc::MADV_FREE => rt.discard(addr, len, false),
+        // Discarded although locked, and still locked after: the pages read
+        // back as zeros and stay in DRAM.
+        libc::MADV_DONTNEED_LOCKED => {
+            let locked = rt.locked_runs(addr, len);
+            rt.discard(addr, len, true);
+            for run in locked {
+                if let Err(e) = rt.lock(run.start, run.end - run.start) {
+                    return fail(core_errno(&e), -1);
+                }
+            }
+        }
         // Harmless hints the kernel may take.
         libc::MADV_NORMAL
         | libc::MADV_RANDOM
@@ -585,6 +607,22 @@ unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {
         _ => {}
     }
     0
+}
+
+/// # Safety
+/// The C contract of mincore(2). Tiered memory that the program unmapped is
+/// still mapped in the kernel (it went back to the arena), so the answer
+/// for it is the kernel's for unmapped memory, `ENOMEM`; the rest goes to
+/// the kernel, whose residency is tiermem's.
+#[no_mangle]
+pub unsafe extern "C" fn mincore(addr: *mut c_void, len: usize, vec: *mut u8) -> c_int {
+    let a = addr as usize;
+    if touches_arena(a, len) && a.is_multiple_of(BASE_PAGE) && !runtime().all_allocated(a, len) {
+        set_errno(libc::ENOMEM);
+        return -1;
+    }
+    // SAFETY: the caller's own call, straight to the kernel.
+    unsafe { libc::syscall(libc::SYS_mincore, addr, len, vec) as c_int }
 }
 
 /// # Safety

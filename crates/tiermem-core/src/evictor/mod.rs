@@ -42,6 +42,7 @@ pub(crate) fn evictor_loop(rt: &Shared) {
     keep_off_the_fault_path();
     rt.set_evictor_thread();
     let mut ev = Evictor::new(rt);
+    crate::sys::spare_fds::setup_done();
     while !rt.stopping() {
         if rt.pause.requested() && rt.pause.parked() >= rt.config.handler_threads {
             ev.park();

@@ -80,6 +80,7 @@ pub(crate) mod zero_stream;
 
 use crate::io_config::IoEngine;
 use crate::shared::Shared;
+use crate::sys::spare_fds;
 
 /// Faults read per read(2).
 const FAULT_BATCH: usize = 64;
@@ -88,7 +89,9 @@ const FAULT_BATCH: usize = 64;
 /// cannot be set up or is not wanted.
 pub(crate) fn handler_loop(rt: &Shared) {
     if rt.config.io.engine == IoEngine::IoUring {
-        match ring::RingHandler::new(rt) {
+        let ring = ring::RingHandler::new(rt);
+        spare_fds::setup_done();
+        match ring {
             Ok(mut handler) => {
                 rt.note_io_engine(handler.engine_name());
                 return handler.run();
@@ -96,6 +99,7 @@ pub(crate) fn handler_loop(rt: &Shared) {
             Err(reason) => rt.note_io_fallback(&reason),
         }
     } else {
+        spare_fds::setup_done();
         rt.note_io_engine("pread (TIERMEM_IO_ENGINE=psync)");
     }
     sync::run(rt);
@@ -114,9 +118,12 @@ pub(crate) fn handler_buffer_bytes(rt: &Shared) -> u64 {
 /// `read_ahead`). Without a ring it says why and leaves read-ahead off.
 pub(crate) fn read_ahead_loop(rt: &Shared) {
     let Some(requests) = rt.signal_slots.as_ref().and_then(|s| s.read_ahead.as_ref()) else {
+        spare_fds::setup_done();
         return;
     };
-    match ring::RingHandler::new(rt) {
+    let ring = ring::RingHandler::new(rt);
+    spare_fds::setup_done();
+    match ring {
         Ok(mut handler) => {
             requests.set_serving(true);
             handler.run();

@@ -36,6 +36,7 @@ use crate::page_table::PageNo;
 use crate::ranges::RangeAllocator;
 use crate::shared::Shared;
 use crate::store::{FileStore, ForkedStore, HeldSlots, ParentHold, SlotAllocator, Store};
+use crate::sys::spare_fds;
 use crate::threads::start_threads;
 
 /// Every running runtime, through the C API, the preload or the Rust API:
@@ -45,6 +46,11 @@ static LIVE: Mutex<Vec<Arc<Shared>>> = Mutex::new(Vec::new());
 /// What the fork handlers hold from prepare until the fork is over on
 /// both sides: the registry, so that no runtime comes or goes meanwhile.
 static LIVE_HELD: ForkCell<Option<MutexGuard<'static, Vec<Arc<Shared>>>>> = ForkCell::new(None);
+
+/// The spare descriptors, locked from prepare until the fork is over on
+/// both sides, so that the child's copy is never left locked by a thread
+/// it does not have (a runtime thread tops the spares up once it starts).
+static SPARES_HELD: ForkCell<Option<MutexGuard<'static, spare_fds::Reserve>>> = ForkCell::new(None);
 
 /// How the handlers run: set by a host (the preload) that must mark the
 /// forking thread as inside tiermem while they do.
@@ -101,7 +107,10 @@ pub extern "C" fn prepare_all() {
             rt.prepare_fork();
         }
         // SAFETY: only the forking thread, inside the handlers.
-        unsafe { LIVE_HELD.put(Some(runtimes)) };
+        unsafe {
+            LIVE_HELD.put(Some(runtimes));
+            SPARES_HELD.put(Some(spare_fds::reserve()));
+        }
     });
 }
 
@@ -113,6 +122,10 @@ pub extern "C" fn parent_all() {
         for rt in runtimes.iter().flat_map(|r| r.iter()) {
             rt.after_fork_parent();
         }
+        // SAFETY: only the forking thread, inside the handlers.
+        if let Some(mut spares) = unsafe { SPARES_HELD.take() } {
+            spares.refill();
+        }
     });
 }
 
@@ -122,6 +135,12 @@ pub extern "C" fn child_all() {
     wrapped(|| {
         // SAFETY: only the forking thread, inside the handlers.
         let runtimes = unsafe { LIVE_HELD.take() };
+        // The pager about to start needs descriptors, which the program
+        // may have used up: the spares make room.
+        // SAFETY: only the forking thread, inside the handlers.
+        if let Some(mut spares) = unsafe { SPARES_HELD.take() } {
+            spares.release(usize::MAX);
+        }
         for rt in runtimes.iter().flat_map(|r| r.iter()) {
             // SAFETY: glibc runs child handlers first thing in the new
             // process, on its only thread; nothing borrows a store across
@@ -135,6 +154,8 @@ pub extern "C" fn child_all() {
                 unsafe { libc::_exit(1) };
             }
         }
+        // The spares come back once the pager's threads have opened their
+        // descriptors (`spare_fds::setup_done`), not here, before.
     });
 }
 
@@ -169,7 +190,12 @@ impl Shared {
                 >(locked),
             }
         };
-        let lease = lease_pipe();
+        spare_fds::refill();
+        let lease = lease_pipe().or_else(|| {
+            // Out of descriptors: two spares make room for the pipe.
+            spare_fds::release(2);
+            lease_pipe()
+        });
         if lease.is_none() {
             eprintln!(
                 "tiermem: could not create a fork lease pipe; slots freed from now on stay parked"

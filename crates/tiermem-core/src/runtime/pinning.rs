@@ -110,6 +110,25 @@ impl Runtime {
         Ok(())
     }
 
+    /// The runs of locked tiered pages ([`Runtime::lock`]) in
+    /// `[addr, addr + len)`, as address ranges; none in a runtime that
+    /// holds no lock, without a look at the pages.
+    pub fn locked_runs(&self, addr: usize, len: usize) -> Vec<std::ops::Range<usize>> {
+        let rt = &self.shared;
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        if rt.locked_pages.load(Ordering::Relaxed) == 0 {
+            return runs;
+        }
+        for page in rt.pages_in(addr, len).filter(|&page| rt.pins.locked(page)) {
+            let at = rt.page_addr(page);
+            match runs.last_mut() {
+                Some(run) if run.end == at => run.end += rt.page_size,
+                _ => runs.push(at..at + rt.page_size),
+            }
+        }
+        runs
+    }
+
     /// `munlock`: ends [`Runtime::lock`] on the tiered pages of the range.
     pub fn unlock(&self, addr: usize, len: usize) {
         let rt = &self.shared;

@@ -107,10 +107,27 @@ impl Drop for Mapping {
 }
 
 /// Drops the pages of `[addr, addr+len)`; the next access faults.
+///
+/// The kernel refuses `MADV_DONTNEED` (`EINVAL`) on memory it holds
+/// locked. The runtime keeps in DRAM every page it knows to be locked and
+/// never zaps one, so a kernel lock here is one it did not see: an `mlock`
+/// made by a raw system call, or one that lost a race with the program's
+/// own `munlock`, `madvise` or `free` of the same page in another thread.
+/// Such a lock must not stop the runtime from dropping a page whose
+/// contents it saved or released, so the range is dropped with
+/// `MADV_DONTNEED_LOCKED` (Linux 5.18) instead; the kernel's lock on the
+/// range stays, as that advice leaves it.
 pub fn zap(addr: usize, len: usize) -> io::Result<()> {
     // SAFETY: MADV_DONTNEED on a private anonymous range we own only discards
     // its contents, which the caller has saved or no longer needs.
-    unsafe { raw::madvise(addr, len, libc::MADV_DONTNEED) }
+    match unsafe { raw::madvise(addr, len, libc::MADV_DONTNEED) } {
+        Err(refused) if refused.raw_os_error() == Some(libc::EINVAL) => {
+            // SAFETY: as above; the advice differs only in taking locked
+            // memory too.
+            unsafe { raw::madvise(addr, len, libc::MADV_DONTNEED_LOCKED) }.map_err(|_| refused)
+        }
+        done => done,
+    }
 }
 
 /// Batches zaps. Every MADV_DONTNEED costs a TLB shootdown, so ranges are
@@ -208,10 +225,17 @@ impl Zapper {
             )
         };
         if rc < 0 {
-            return Err(io::Error::last_os_error());
+            let refused = io::Error::last_os_error();
+            // A locked range among them (see `zap`): one by one, each with
+            // its own way past the lock.
+            return match refused.raw_os_error() {
+                Some(libc::EINVAL) => self.flush_one_by_one(),
+                _ => Err(refused),
+            };
         }
         if (rc as usize) < total {
-            // A partial advise (e.g. a concurrent munmap): finish one by one.
+            // A partial advise (e.g. a concurrent munmap, or a locked range
+            // after the first): finish one by one.
             return self.flush_one_by_one();
         }
         Ok(())

@@ -6,6 +6,7 @@ pub mod futex;
 pub mod mem;
 pub mod raw;
 pub mod signal;
+pub mod spare_fds;
 pub mod thread;
 pub mod uffd;
 
