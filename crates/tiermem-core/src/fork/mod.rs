@@ -76,7 +76,11 @@ pub(crate) fn register(shared: &Arc<Shared>) {
 
 /// The runtime is going away: forks no longer concern it.
 pub(crate) fn unregister(shared: &Arc<Shared>) {
-    live().retain(|s| !Arc::ptr_eq(s, shared));
+    let mut runtimes = live();
+    runtimes.retain(|s| !Arc::ptr_eq(s, shared));
+    if runtimes.is_empty() {
+        spare_fds::retire();
+    }
 }
 
 fn live() -> MutexGuard<'static, Vec<Arc<Shared>>> {

@@ -13,9 +13,10 @@
 //! Every spare is a duplicate of one memfd of tiermem's own, and a spare is
 //! closed only while its number still names that file: a program that
 //! closed the number and opened something else there keeps what it opened.
+//! When the last runtime of the process stops, the spares are closed.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Enough for a child's pager (six descriptors and one more for a moment
@@ -98,10 +99,23 @@ impl Reserve {
 /// starting thread needs.
 static SETUPS_PENDING: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether a runtime runs in this process, so that spares are wanted: a
+/// thread of a stopping runtime that finishes its setup late refills
+/// nothing.
+static WANTED: AtomicBool = AtomicBool::new(false);
+
 /// `threads` runtime threads are starting; each calls [`setup_done`] once
 /// it has opened what it needs.
 pub fn expect_setups(threads: usize) {
+    WANTED.store(true, Ordering::Release);
     SETUPS_PENDING.fetch_add(threads, Ordering::AcqRel);
+}
+
+/// The last runtime of the process has stopped: the spares are closed and
+/// not opened again until a runtime starts.
+pub fn retire() {
+    WANTED.store(false, Ordering::Release);
+    reserve().release(usize::MAX);
 }
 
 /// A runtime thread has opened its descriptors (or failed to); the last of
@@ -115,7 +129,9 @@ pub fn setup_done() {
 /// Opens spares up to the reserve's size, as far as the descriptor limit
 /// allows.
 pub fn refill() {
-    reserve().refill();
+    if WANTED.load(Ordering::Acquire) {
+        reserve().refill();
+    }
 }
 
 /// Closes up to `count` spares (all of them with `usize::MAX`), so that
