@@ -6,7 +6,7 @@ use std::process::Command;
 
 #[path = "../../../tests/support/c_program.rs"]
 mod c_program;
-use c_program::compile;
+use c_program::{compile, compile_into, tempfile_dir};
 
 /// The client's last check, that read-modify-write misses are predicted as
 /// writes, is about pages read back from the store; its pages are
@@ -62,6 +62,50 @@ fn c_client_forks_with_evicted_pages() {
     let _ = std::fs::remove_dir_all(out_dir);
 }
 
+/// The same under signal delivery (`TIERMEM_FAULTS=signal`), five rounds
+/// of each way to fork. Every fork hung: the fork handlers waited for
+/// handler threads that signal delivery does not start. Then a child hung
+/// now and then, its evictor waiting on a push to the policy's queue that
+/// the parent's toucher thread was making, in its own fault, at the fork.
+#[test]
+fn c_client_forks_under_signal_delivery() {
+    // A directory of its own: the test above compiles api_fork too.
+    let (exe, lib, out_dir) = compile_into("api_fork", tempfile_dir("api_fork-signal"));
+    for _round in 0..5 {
+        for how in ["fork", "_Fork", "sys_fork"] {
+            run_timed(
+                &exe,
+                &lib,
+                &["/var/tmp", how],
+                &[("TIERMEM_FAULTS", "signal")],
+                "api_fork: ok",
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
+/// A parent and two forked children page through their copies of a region
+/// four times the budget at the same time, every byte read four times,
+/// with handler threads and under signal delivery
+/// (`tests/c/api_fork_concurrent.c`). Under signal delivery the children
+/// used the parent's rings: wrong bytes, hangs, and "the slot's ring is
+/// smaller than its buffers".
+#[test]
+fn a_parent_and_its_children_page_at_the_same_time() {
+    let (exe, lib, out_dir) = compile("api_fork_concurrent");
+    for faults in ["handler", "signal"] {
+        run_timed(
+            &exe,
+            &lib,
+            &["/var/tmp"],
+            &[("TIERMEM_FAULTS", faults)],
+            "api_fork_concurrent: ok",
+        );
+    }
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
 /// A long-lived forked child holds only the parent's slots it can still
 /// read (tests/c/api_fork_store.c): the parent rewrites a region twelve
 /// times while the child lives, and its store stays within about twice the
@@ -81,7 +125,8 @@ fn a_long_lived_child_does_not_grow_the_parents_store() {
 /// hung when the evictor unshared a write-protected page it owned.
 #[test]
 fn forks_with_eviction_for_asynchronous_io() {
-    let (exe, lib, out_dir) = compile("api_fork_store");
+    // Directories of their own: the tests above compile both programs too.
+    let (exe, lib, out_dir) = compile_into("api_fork_store", tempfile_dir("api_fork_store-async"));
     run_timed(
         &exe,
         &lib,
@@ -90,7 +135,7 @@ fn forks_with_eviction_for_asynchronous_io() {
         "api_fork_store: ok",
     );
     let _ = std::fs::remove_dir_all(out_dir);
-    let (exe, lib, out_dir) = compile("api_fork");
+    let (exe, lib, out_dir) = compile_into("api_fork", tempfile_dir("api_fork-async"));
     run_timed(
         &exe,
         &lib,

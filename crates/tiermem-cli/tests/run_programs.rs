@@ -738,6 +738,27 @@ fn a_program_out_of_descriptors_forks_children_that_page() {
     c_program("preload_fork_fds", "8M", &|_| vec!["24".into()]);
 }
 
+/// A chain of four forked generations, each checking every byte of a
+/// region three times the budget: each holds as many io_uring and pidfd
+/// descriptors and ring mappings as the first process
+/// (`tests/c/preload_fork_leaks.c`). Each generation kept the parent
+/// threads' three rings and pidfd before.
+#[test]
+fn forked_children_close_what_the_parent_s_pager_threads_held() {
+    c_program("preload_fork_leaks", "16M", &|_| Vec::new());
+}
+
+/// `MADV_WIPEONFORK` gives a forked child, and its own child, zeros where
+/// the parent's pages were evicted or resident, `MADV_KEEPONFORK`,
+/// `MAP_FIXED` and `munmap` end the advice, `mremap` carries it, moved or
+/// grown in place, and the parent keeps every byte
+/// (`tests/c/preload_wipe_on_fork.c`). Before, the child read the parent's
+/// bytes there.
+#[test]
+fn memory_advised_wipe_on_fork_reads_as_zeros_in_a_forked_child() {
+    c_program("preload_wipe_on_fork", "16M", &|_| Vec::new());
+}
+
 /// The Go toolchain: `go` on PATH, or where the official tarball puts it.
 fn go_toolchain() -> Option<PathBuf> {
     find_in_path("go")

@@ -26,7 +26,7 @@ pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
         .is_some_and(|slots| slots.read_ahead.is_some());
     // The spares are topped up once every thread has opened its
     // descriptors (see `spare_fds`).
-    crate::sys::spare_fds::expect_setups(handlers + 1 + usize::from(read_ahead));
+    crate::sys::spare_fds::expect_setups(shared.fault_threads() + 1);
     if let Some(slots) = &shared.signal_slots {
         shared.note_io_engine(slots.engine);
         if let Some(reason) = &slots.fallback {
@@ -56,6 +56,18 @@ pub(crate) fn start_threads(shared: &Arc<Shared>) -> Result<Vec<Thread>> {
     let s = Arc::clone(shared);
     threads.push(spawn("tiermem-evict".into(), move || evictor_loop(&s))?);
     Ok(threads)
+}
+
+impl Shared {
+    /// How many threads serve faults beside the evictor: the handlers, or
+    /// under signal delivery the read-ahead thread if its ring was made.
+    /// The fork handlers wait for them all to park.
+    pub(crate) fn fault_threads(&self) -> usize {
+        match &self.signal_slots {
+            None => self.config.handler_threads,
+            Some(slots) => usize::from(slots.read_ahead.is_some()),
+        }
+    }
 }
 
 static THREAD_START_HOOK: OnceLock<fn()> = OnceLock::new();

@@ -7,6 +7,7 @@
 //! zeroes) only whole pages and leaves partial ones in place.
 
 mod foreign;
+mod fork_advice;
 
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -22,6 +23,12 @@ use crate::shared::Shared;
 struct Pages {
     start: u64,
     pages: u64,
+}
+
+impl Pages {
+    fn as_page_nos(self) -> std::ops::Range<PageNo> {
+        self.start as PageNo..(self.start + self.pages) as PageNo
+    }
 }
 
 impl Shared {
@@ -97,6 +104,7 @@ impl Runtime {
     pub fn unmap(&self, addr: usize, len: usize) {
         let rt = self.shared();
         let range = rt.pages_within(addr, len);
+        rt.forget_wipe_on_fork(range.as_page_nos());
         self.for_each_zone(range, |zone, lazy, part| {
             let taken = lock(zone).take_range(part.start, part.pages);
             for (start, pages) in taken {
@@ -161,6 +169,8 @@ impl Runtime {
         let rt = self.shared();
         self.discard(addr, len, true);
         let range = rt.pages_within(addr, len);
+        // A new mapping: the old one's fork advice ends with it.
+        rt.forget_wipe_on_fork(range.as_page_nos());
         self.for_each_zone(range, |zone, lazy, part| {
             let claimed = lock(zone).claim(part.start, part.pages);
             for (start, pages) in claimed {
@@ -237,6 +247,7 @@ impl Runtime {
         let new = self.alloc_lazy(new_len)?.as_ptr() as usize;
         // Pages fault in and out as needed, so the copy works at any budget.
         std::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, old_len);
+        self.move_wipe_on_fork(old, old_len, new, new_len);
         self.unmap(old, old_len);
         Ok(new)
     }
@@ -264,7 +275,25 @@ impl Runtime {
         }
         let claimed: u64 = z.claim(tail.start, tail.pages).iter().map(|c| c.1).sum();
         debug_assert_eq!(claimed, tail.pages);
+        drop(z);
+        rt.grow_wipe_on_fork(tail.as_page_nos(), tail.start as PageNo - 1);
         true
+    }
+
+    /// `mremap` moved `[old, old + old_len)` to `new` and grew it to
+    /// `new_len`: its fork advice goes along.
+    fn move_wipe_on_fork(&self, old: usize, old_len: usize, new: usize, new_len: usize) {
+        let rt = self.shared();
+        let (Some(from), Some(to)) = (rt.page_of(old), rt.page_of(new)) else {
+            return;
+        };
+        let old_pages = rt.pages_in(old, old_len);
+        for run in rt.wipe_on_fork_runs(old_pages.clone()) {
+            let moved = run.start - from + to..run.end - from + to;
+            rt.extend_wipe_on_fork(moved, true);
+        }
+        let moved_last = old_pages.end - from + to - 1;
+        rt.grow_wipe_on_fork(moved_last + 1..rt.pages_in(new, new_len).end, moved_last);
     }
 
     /// The parts of `range` that are live allocations.

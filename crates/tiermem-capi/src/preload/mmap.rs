@@ -601,9 +601,13 @@ unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {
         // instead, as the kernel keeps a huge page.
         libc::MADV_HUGEPAGE => rt.advise_huge(addr, len, true),
         libc::MADV_NOHUGEPAGE => rt.advise_huge(addr, len, false),
+        // A forked child's pager would read the parent's evicted pages
+        // back where the kernel gives the child zeros: tiermem wipes them.
+        libc::MADV_WIPEONFORK => rt.wipe_on_fork(addr, len, true),
+        libc::MADV_KEEPONFORK => rt.wipe_on_fork(addr, len, false),
         // Kernel reclaim (COLD/PAGEOUT) would send tiered pages to kernel
-        // swap, and fork-time advice is tiermem's to handle: accepted and
-        // ignored.
+        // swap: accepted and ignored. So is MADV_DONTFORK: the child keeps
+        // a copy of that memory, which it does not expect to touch.
         _ => {}
     }
     0

@@ -44,7 +44,7 @@ pub(crate) fn evictor_loop(rt: &Shared) {
     let mut ev = Evictor::new(rt);
     crate::sys::spare_fds::setup_done();
     while !rt.stopping() {
-        if rt.pause.requested() && rt.pause.parked() >= rt.config.handler_threads {
+        if rt.pause.requested() && rt.pause.parked() >= rt.fault_threads() {
             ev.park();
         }
         rt.wait_until_eviction_needed(Duration::from_millis(5));

@@ -65,4 +65,5 @@ pub(super) struct ForkLocks {
     pub(super) _ranges: MutexGuard<'static, RangeAllocator>,
     pub(super) _lazy: MutexGuard<'static, RangeAllocator>,
     pub(super) _locked: MutexGuard<'static, Vec<std::ops::Range<PageNo>>>,
+    pub(super) _wipe_on_fork: MutexGuard<'static, rangemap::RangeSet<PageNo>>,
 }

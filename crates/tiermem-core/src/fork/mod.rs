@@ -9,10 +9,11 @@
 //!   half-way through a transition, and the allocators' locks are held.
 //! - **The child** registers its arena with a fresh userfaultfd, write-
 //!   protects what is resident (so it sees its own first writes), and starts
-//!   its own threads. Resident pages are the kernel's copy-on-write copies;
-//!   evicted pages are read from the *parent's* slots, read-only; whatever
-//!   the child writes back goes to a private file of its own. Its budget
-//!   is its own, equal to the parent's.
+//!   its own threads, once it has discarded what the parent advised
+//!   `MADV_WIPEONFORK` (`transparent::fork_advice`). Resident pages are the
+//!   kernel's copy-on-write copies; evicted pages are read from the
+//!   *parent's* slots, read-only; whatever the child writes back goes to a
+//!   private file of its own. Its budget is its own, equal to the parent's.
 //! - **The parent** keeps running at once. A slot it frees is parked, not
 //!   reused, while a child may still read it: each child holds the slots
 //!   in use at its fork and lets each go as it stops referring to it (see
@@ -106,6 +107,8 @@ fn wrapped(mut f: impl FnMut()) {
 /// which a host wraps with these three.
 pub extern "C" fn prepare_all() {
     wrapped(|| {
+        // Before any lock is taken: a fault in flight may need one.
+        crate::fault::signal::fork_gate::close_for_fork();
         let runtimes = live();
         for rt in runtimes.iter() {
             rt.prepare_fork();
@@ -130,6 +133,7 @@ pub extern "C" fn parent_all() {
         if let Some(mut spares) = unsafe { SPARES_HELD.take() } {
             spares.refill();
         }
+        crate::fault::signal::fork_gate::open_after_fork(false);
     });
 }
 
@@ -145,6 +149,8 @@ pub extern "C" fn child_all() {
         if let Some(mut spares) = unsafe { SPARES_HELD.take() } {
             spares.release(usize::MAX);
         }
+        // The parent's threads' rings and pidfds: nothing here uses them.
+        crate::sys::thread_fds::close_in_child();
         for rt in runtimes.iter().flat_map(|r| r.iter()) {
             // SAFETY: glibc runs child handlers first thing in the new
             // process, on its only thread; nothing borrows a store across
@@ -160,6 +166,7 @@ pub extern "C" fn child_all() {
         }
         // The spares come back once the pager's threads have opened their
         // descriptors (`spare_fds::setup_done`), not here, before.
+        crate::fault::signal::open_in_child();
     });
 }
 
@@ -175,6 +182,7 @@ impl Shared {
         let ranges = self.ranges.lock().unwrap_or_else(|p| p.into_inner());
         let lazy = self.lazy.lock().unwrap_or_else(|p| p.into_inner());
         let locked = self.locked_ranges_guard();
+        let wipe_on_fork = self.wipe_on_fork_guard();
         // SAFETY: only lifetimes change. The guards are dropped in
         // `after_fork_parent` or `after_fork_child`, while `LIVE`'s lock
         // (held from `prepare_all` until then) keeps this runtime alive.
@@ -192,6 +200,10 @@ impl Shared {
                     MutexGuard<'_, Vec<std::ops::Range<PageNo>>>,
                     MutexGuard<'static, Vec<std::ops::Range<PageNo>>>,
                 >(locked),
+                _wipe_on_fork: std::mem::transmute::<
+                    MutexGuard<'_, rangemap::RangeSet<PageNo>>,
+                    MutexGuard<'static, rangemap::RangeSet<PageNo>>,
+                >(wipe_on_fork),
             }
         };
         spare_fds::refill();
@@ -206,7 +218,7 @@ impl Shared {
             );
         }
         self.pause
-            .pause_all(self.config.handler_threads + 1, || self.kick_evictor());
+            .pause_all(self.fault_threads() + 1, || self.kick_evictor());
         // With the evictor and handlers parked, no slot is taken or freed
         // behind the snapshot.
         let held = self.slots().hold_for_child();
@@ -249,7 +261,13 @@ impl Shared {
         self.pause.reset_in_child()?;
         self.forget_pins_in_child();
         self.take_over_arena()?;
+        if let Some(slots) = &self.signal_slots {
+            // SAFETY: the child's only thread, with no fault in flight.
+            unsafe { slots.replace_rings_in_child()? };
+        }
         self.switch_to_own_store(in_flight.held)?;
+        // SAFETY: this child has its own store now, and no thread yet.
+        unsafe { self.wipe_advised_in_child() };
         if let Some(cipher) = &self.cipher {
             cipher.rekey_in_child()?;
         }

@@ -100,6 +100,23 @@ impl Runtime {
         &self.shared
     }
 
+    /// Runs `f` with a handle on `shared` that stops nothing when done: for
+    /// the fork handlers, which reach a runtime's shared state but not the
+    /// program's handle on it.
+    pub(crate) fn borrowed<T>(shared: &Arc<Shared>, f: impl FnOnce(&Runtime) -> T) -> T {
+        let handle = std::mem::ManuallyDrop::new(Runtime {
+            shared: Arc::clone(shared),
+            threads: Vec::new(),
+        });
+        let out = f(&handle);
+        // SAFETY: `handle` is never used again. Reading its `Arc` out drops
+        // the one reference it took without running `Runtime`'s `drop`,
+        // which would stop the runtime; its `threads` is empty and owns no
+        // allocation, so nothing else leaks.
+        drop(unsafe { std::ptr::read(&handle.shared) });
+        out
+    }
+
     /// How many times the page holding `addr` was seen in use, misses
     /// included, as CLOCK counts them (saturating at 15; see
     /// `policy::heat`). `None` outside the arena. For tests and diagnostics.

@@ -139,6 +139,9 @@ pub(crate) struct Shared {
     /// Every range locked since the last `munlockall` (a superset of what
     /// is locked now), so that it need not visit the whole arena.
     pub(crate) locked_ranges: Mutex<Vec<std::ops::Range<PageNo>>>,
+    /// Pages a forked child must read as zeros (`MADV_WIPEONFORK`; see
+    /// `transparent::fork_advice`).
+    pub(crate) wipe_on_fork: Mutex<rangemap::RangeSet<PageNo>>,
     /// Ranges of the arena where the program mapped memory tiermem does not
     /// tier (`transparent::foreign`); their pages are `Foreign`.
     foreign: Mutex<Vec<std::ops::Range<PageNo>>>,
@@ -232,6 +235,7 @@ impl Shared {
             locked_pages: AtomicU64::new(0),
             pinned_for_io: AtomicU64::new(0),
             locked_ranges: Mutex::new(Vec::new()),
+            wipe_on_fork: Mutex::new(rangemap::RangeSet::new()),
             foreign: Mutex::new(Vec::new()),
             evictor_tid: AtomicU32::new(0),
             copy_watch: crate::fault::copy_watch::CopyWatch::new(),

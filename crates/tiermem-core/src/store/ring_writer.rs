@@ -5,17 +5,20 @@
 //! of writing one run after another.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 use io_uring::{opcode, types, IoUring};
 
 use super::{SlotWrite, Store};
+use crate::sys::thread_fds::{self, Recorded};
 
 /// Runs in flight per batch at most (a batch holds at most this many
 /// pages, so at most this many runs).
 const ENTRIES: u32 = 64;
 
 pub struct RingWriter {
+    /// Before `ring`, so the record goes before the ring closes.
+    _recorded: Recorded,
     ring: IoUring,
     /// One per page of the batch being written; the kernel reads them
     /// until the batch completes.
@@ -31,8 +34,10 @@ pub struct RingWriter {
 
 impl RingWriter {
     pub fn new() -> io::Result<RingWriter> {
+        let ring = crate::pins::own_ring(|| IoUring::new(ENTRIES))?;
         Ok(RingWriter {
-            ring: crate::pins::own_ring(|| IoUring::new(ENTRIES))?,
+            _recorded: thread_fds::record(ring.as_raw_fd()),
+            ring,
             iovecs: Vec::with_capacity(ENTRIES as usize),
             runs: Vec::with_capacity(ENTRIES as usize),
             done: Vec::with_capacity(ENTRIES as usize),

@@ -134,6 +134,8 @@ pub fn zap(addr: usize, len: usize) -> io::Result<()> {
 /// collected and dropped with one `process_madvise` call (one flush) where the
 /// kernel allows it on the own process, else with one madvise per range.
 pub struct Zapper {
+    /// Before `pidfd`, so the record goes before the pidfd closes.
+    _recorded: Option<super::thread_fds::Recorded>,
     pidfd: Option<OwnedFd>,
     ranges: Vec<libc::iovec>,
 }
@@ -148,8 +150,12 @@ impl Zapper {
     /// An empty batch, sent with `process_madvise` where the kernel allows it
     /// on the own process.
     pub fn new() -> Zapper {
+        let pidfd = Self::own_pidfd_if_batching_works();
         Zapper {
-            pidfd: Self::own_pidfd_if_batching_works(),
+            _recorded: pidfd
+                .as_ref()
+                .map(|fd| super::thread_fds::record(fd.as_raw_fd())),
+            pidfd,
             ranges: Vec::with_capacity(MAX_IOV),
         }
     }

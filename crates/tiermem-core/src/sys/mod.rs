@@ -8,6 +8,7 @@ pub mod raw;
 pub mod signal;
 pub mod spare_fds;
 pub mod thread;
+pub mod thread_fds;
 pub mod uffd;
 
 /// The kernel's base page size (4 KiB on x86-64).

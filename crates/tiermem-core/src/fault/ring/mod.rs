@@ -34,6 +34,7 @@ mod setup;
 mod streams;
 
 use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 
 use io_uring::IoUring;
 
@@ -44,6 +45,7 @@ use super::FAULT_BATCH;
 use crate::page_table::PageNo;
 use crate::shared::Shared;
 use crate::sys::mem::Mapping;
+use crate::sys::thread_fds::{self, Recorded};
 use crate::sys::uffd::{message_buffer, Fault};
 pub(crate) use setup::buffer_bytes;
 pub use setup::default_buffer_bytes;
@@ -67,6 +69,8 @@ struct Io {
 
 pub(crate) struct RingHandler<'a> {
     rt: &'a Shared,
+    /// Before `ring`, so the record goes before the ring closes.
+    _recorded: Recorded,
     ring: IoUring,
     engine: &'static str,
     /// The ring flags waiting task work (see `build_ring`).
@@ -110,6 +114,12 @@ impl<'a> RingHandler<'a> {
             "allocating read buffers",
         )
         .map_err(|e| e.to_string())?;
+        // A forked child starts handlers of its own: without the advice it
+        // would get a copy of these pinned buffers at once, and keep it.
+        // SAFETY: advice on the runtime's own fresh mapping, which changes
+        // nothing in this process.
+        let _ =
+            unsafe { crate::sys::raw::madvise(buffers.addr(), buffers.len(), libc::MADV_DONTFORK) };
         let area = [libc::iovec {
             iov_base: buffers.as_ptr().cast(),
             iov_len: buffers.len(),
@@ -119,6 +129,7 @@ impl<'a> RingHandler<'a> {
         let registered = unsafe { ring.submitter().register_buffers(&area) }.is_ok();
         let mut h = RingHandler {
             rt,
+            _recorded: thread_fds::record(ring.as_raw_fd()),
             ring,
             engine: if registered {
                 engine

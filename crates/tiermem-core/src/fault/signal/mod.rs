@@ -30,6 +30,7 @@
 //!
 //! [`FaultDelivery::Signal`]: crate::config::FaultDelivery::Signal
 
+pub(crate) mod fork_gate;
 pub(crate) mod read_ahead;
 pub(crate) mod slots;
 
@@ -82,9 +83,6 @@ const MAX_RUNTIMES: usize = 64;
 static RUNTIMES: [AtomicPtr<Shared>; MAX_RUNTIMES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_RUNTIMES];
 static USERS: [AtomicUsize; MAX_RUNTIMES] = [const { AtomicUsize::new(0) }; MAX_RUNTIMES];
-/// Threads resolving a fault right now, in every runtime (see
-/// [`cpus_to_spare`]).
-static FAULTING: AtomicUsize = AtomicUsize::new(0);
 
 /// Makes the signal handler serve `rt`'s arena. `rt` must stay alive until
 /// [`unregister`].
@@ -160,9 +158,18 @@ fn is_tiered(rt: &Shared, addr: usize) -> bool {
 /// claimed.
 fn resolve_without_cancellation(rt: &Shared, bus: &BusFault) {
     let _held = CancellationHeld::hold();
-    FAULTING.fetch_add(1, Ordering::Relaxed);
+    let _in_flight = fork_gate::enter();
     resolve(rt, bus);
-    FAULTING.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The fork's child handler: the threads counted as using a runtime, or as
+/// resolving a fault, are the parent's, which the child does not have; then
+/// faults may begin again (see [`fork_gate`]).
+pub(crate) fn open_in_child() {
+    for users in &USERS {
+        users.store(0, Ordering::SeqCst);
+    }
+    fork_gate::open_after_fork(true);
 }
 
 /// Resolves the fault, or leaves it for the access to raise again when the
@@ -439,7 +446,7 @@ fn read_entry(rt: &Shared, buffer: *mut u8, reads: &[PageRead], i: usize) -> squ
 /// CPU a poller would hold up the read-ahead thread and the evictor it may
 /// need, so it never polls.
 fn cpus_to_spare(cpus: usize) -> bool {
-    let faulting = FAULTING.load(Ordering::Relaxed);
+    let faulting = fork_gate::faulting();
     faulting < cpus || (cpus > 1 && faulting == cpus)
 }
 

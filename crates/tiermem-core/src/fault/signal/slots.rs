@@ -9,7 +9,7 @@ use io_uring::IoUring;
 
 use super::read_ahead::ReadAheadRequests;
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fault::page_read::PageRead;
 use crate::fault::readahead::Window;
 use crate::fault::uring::cooperative_ring;
@@ -29,6 +29,8 @@ pub(crate) struct SignalSlots {
     pub pages_per_slot: usize,
     /// One per slot, or none: pread.
     rings: Vec<UnsafeCell<IoUring>>,
+    /// Entries of each ring's queue.
+    ring_entries: u32,
     /// The rings say when a completion waits as task work
     /// (`IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG`, Linux 5.19).
     pub taskrun_flag: bool,
@@ -108,6 +110,7 @@ impl SignalSlots {
             page_size,
             pages_per_slot,
             rings: rings.collect(),
+            ring_entries,
             taskrun_flag,
             reads: (0..count)
                 .map(|_| UnsafeCell::new(Vec::with_capacity(pages_per_slot)))
@@ -124,6 +127,26 @@ impl SignalSlots {
             engine,
             fallback,
         })
+    }
+
+    /// In a freshly forked child: a new ring for every slot. The inherited
+    /// ones are the parent's, whose faulting threads still submit to them
+    /// and reap from them; a child using them too would take the parent's
+    /// completions and lose its own. Dropping one here unmaps and closes
+    /// the child's references only.
+    ///
+    /// # Safety
+    /// Only in the child's fork handler, on its only thread: no slot is
+    /// claimed (the fork gate let no fault be in flight at the fork).
+    pub(crate) unsafe fn replace_rings_in_child(&self) -> Result<()> {
+        for cell in &self.rings {
+            let (ring, _) = cooperative_ring(self.ring_entries)
+                .map_err(Error::os("setting up a forked child's fault rings"))?;
+            // SAFETY: no thread holds a slot (see above), so no reference
+            // to this ring exists.
+            unsafe { *cell.get() = ring };
+        }
+        Ok(())
     }
 
     /// Bytes of the slots' buffers (reserved; DRAM once used).
