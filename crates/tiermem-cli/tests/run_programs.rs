@@ -748,6 +748,32 @@ fn forked_children_close_what_the_parent_s_pager_threads_held() {
     c_program("preload_fork_leaks", "16M", &|_| Vec::new());
 }
 
+/// A program registers part of its memory, most of it evicted, with a
+/// userfaultfd of its own and serves faults there (as QEMU's postcopy
+/// migration and CRIU's lazy pages do): the registration succeeds, every
+/// byte is kept, its own pager serves one fault per discarded page, and the
+/// range is tiered memory again once unmapped and mapped anew
+/// (`tests/c/preload_own_userfaultfd.c`, the compressed tier off so that
+/// evicted pages are in the store). The kernel refused the registration
+/// (`EBUSY`) before: tiermem's userfaultfd handled the range.
+#[test]
+fn a_program_pages_part_of_its_memory_with_its_own_userfaultfd() {
+    let stderr = c_program_env(
+        "preload_own_userfaultfd",
+        "16M",
+        &[],
+        &[("TIERMEM_COMPRESS", "off")],
+        &|_| Vec::new(),
+    );
+    if stderr.is_empty() {
+        return; // no C compiler: compile_c said so
+    }
+    assert!(
+        stderr.contains("with a userfaultfd of its own"),
+        "16 MiB handed over under a 16 MiB budget are said on stderr:\n{stderr}"
+    );
+}
+
 /// `MADV_WIPEONFORK` gives a forked child, and its own child, zeros where
 /// the parent's pages were evicted or resident, `MADV_KEEPONFORK`,
 /// `MAP_FIXED` and `munmap` end the advice, `mremap` carries it, moved or
@@ -1791,5 +1817,36 @@ fn stress_ng_vm_workers_fork_from_forked_children() {
         "stress-ng: {:.1}s, vm worker peak RSS {} MiB",
         ran.secs,
         peak_kib >> 10
+    );
+}
+
+/// stress-ng's `userfaultfd` stressor registers memory it mapped with a
+/// userfaultfd of its own and serves its faults: the kernel refused the
+/// registration over tiered memory (`EBUSY`) and the stressor failed. Now
+/// tiermem hands the range over and the run succeeds.
+#[test]
+fn stress_ng_pages_its_memory_with_its_own_userfaultfd() {
+    let Some(stress) = need("stress-ng") else {
+        return;
+    };
+    let tmp = scratch("stress-ng-uffd");
+    let mut cmd = tiermem_run("64M", tmp.path(), &stress);
+    cmd.args([
+        "--userfaultfd",
+        "2",
+        "--verify",
+        "--timeout",
+        "5s",
+        "--metrics-brief",
+    ]);
+    let ran = run(
+        cmd,
+        "stress-ng --userfaultfd 2 --verify under tiermem run --dram 64M",
+    );
+    let all = format!("{}\n{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.status.success() && all.contains("successful run completed"),
+        "{}",
+        ran.describe()
     );
 }

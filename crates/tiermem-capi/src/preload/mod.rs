@@ -17,6 +17,8 @@ mod exit_stats;
 pub(crate) mod fork;
 mod go_runtime;
 mod guard;
+#[cfg(target_arch = "x86_64")]
+mod ioctl;
 pub mod libc_heap;
 mod malloc;
 mod mlock;

@@ -58,7 +58,7 @@ pub unsafe extern "C" fn syscall(
 /// # Safety
 /// The call must be a valid system call with these arguments.
 #[cfg(target_arch = "x86_64")]
-unsafe fn kernel_syscall(n: c_long, a: [c_long; 6]) -> c_long {
+pub(super) unsafe fn kernel_syscall(n: c_long, a: [c_long; 6]) -> c_long {
     let ret: c_long;
     // SAFETY: the x86-64 system call convention; the kernel clobbers rcx
     // and r11 and reads or writes memory the arguments name.

@@ -101,31 +101,11 @@ impl Runtime {
                 match s.kind() {
                     Kind::Loading | Kind::Evicting => backoff(),
                     Kind::Free => break,
-                    kind => {
+                    _ => {
                         if !rt.table.transition(page, s, freed) {
                             continue;
                         }
-                        // Whatever is allocated here next is new memory.
-                        rt.table.forget_heat(page);
-                        rt.table.regions().on_leave(page);
-                        if to == Kind::Free {
-                            rt.table.regions().forget(page);
-                        }
-                        if kind != Kind::Zero {
-                            held_data += 1;
-                        }
-                        if matches!(kind, Kind::Resident | Kind::Probation) {
-                            rt.budget.uncharge(1);
-                        }
-                        if kind == Kind::Probation {
-                            rt.frames.release(rt.table.frame(page));
-                        }
-                        if kind == Kind::Compressed {
-                            rt.release_compressed(page);
-                        }
-                        if let Some(slot) = s.slot() {
-                            rt.slots().free(slot);
-                        }
+                        held_data += u64::from(rt.let_go(page, s, to));
                         break;
                     }
                 }
@@ -197,5 +177,33 @@ impl Runtime {
             .unwrap_or_else(|p| p.into_inner())
             .give_back(start + new_pages, tail);
         rt.slots().uncommit(tail);
+    }
+}
+
+impl crate::shared::Shared {
+    /// After `page` went from `was` to `to` (`Free`, `Zero` or `Foreign`):
+    /// what it held goes back (its DRAM, its frame, its compressed copy, its
+    /// slot), and whatever is allocated there next is new memory. Whether
+    /// it held data: a commitment the lazily committed zone gives back.
+    pub(crate) fn let_go(&self, page: PageNo, was: PageState, to: Kind) -> bool {
+        let kind = was.kind();
+        self.table.forget_heat(page);
+        self.table.regions().on_leave(page);
+        if to != Kind::Zero {
+            self.table.regions().forget(page);
+        }
+        if matches!(kind, Kind::Resident | Kind::Probation) {
+            self.budget.uncharge(1);
+        }
+        if kind == Kind::Probation {
+            self.frames.release(self.table.frame(page));
+        }
+        if kind == Kind::Compressed {
+            self.release_compressed(page);
+        }
+        if let Some(slot) = was.slot() {
+            self.slots().free(slot);
+        }
+        kind != Kind::Zero
     }
 }

@@ -53,6 +53,60 @@ impl Runtime {
         foreign.push(pages);
     }
 
+    /// A userfaultfd of the program's own is about to be registered over
+    /// `[addr, addr+len)`, whole pages of the lazily committed zone
+    /// ([`Runtime::is_lazy_range`]). The kernel refuses a range that another
+    /// userfaultfd handles, so tiermem stops handling this one, and keeps
+    /// its contents: every page that holds data is brought into DRAM and
+    /// left mapped where it is, the pages become `Foreign` (the program's,
+    /// outside the budget), and tiermem's registration ends there. As with
+    /// a foreign mapping, `munmap` makes the range tiered memory again.
+    ///
+    /// # Safety
+    /// The caller owns the range.
+    pub unsafe fn hand_over_to_program(&self, addr: usize, len: usize) -> Result<()> {
+        let rt = self.shared();
+        let pages = rt.pages_in(addr, len);
+        lock(&rt.lazy).claim(pages.start as u64, (pages.end - pages.start) as u64);
+        for page in pages.clone() {
+            self.keep_in_place_as_foreign(page)?;
+        }
+        rt.uffd.unregister(addr, len);
+        let mut foreign = rt.foreign_ranges();
+        cut_out(&mut foreign, pages.clone());
+        foreign.push(pages);
+        Ok(())
+    }
+
+    /// Moves one page to `Foreign` with its bytes mapped where they are:
+    /// a page in the store, compressed or on probation is brought back
+    /// first (the evictor may take it again meanwhile: then once more).
+    fn keep_in_place_as_foreign(&self, page: PageNo) -> Result<()> {
+        let rt = self.shared();
+        loop {
+            let s = rt.table.load(page);
+            let kept = PageState::FREE
+                .with_queued(s.is_queued())
+                .with_kind(Kind::Foreign);
+            match s.kind() {
+                Kind::Foreign => return Ok(()),
+                // Nothing mapped (zeros), or mapped and current: the kernel
+                // keeps what it maps. A lost page keeps its poison marker.
+                Kind::Free | Kind::Zero | Kind::Resident | Kind::Poisoned => {
+                    if !rt.table.transition(page, s, kept) {
+                        continue;
+                    }
+                    if s.kind() != Kind::Free && rt.let_go(page, s, Kind::Foreign) {
+                        rt.slots().uncommit(1);
+                    }
+                    return Ok(());
+                }
+                Kind::Loading | Kind::Evicting => backoff(),
+                _ => populate_read(rt.page_addr(page), rt.page_size)?,
+            }
+        }
+    }
+
     /// Moves one page to `Foreign`, whatever took it since the discard (a
     /// zero fill ahead of a neighbour's first touch) given back first.
     fn make_foreign(&self, page: PageNo) {
@@ -154,6 +208,18 @@ unsafe fn remap_registered(rt: &crate::shared::Shared, part: Range<usize>) -> Re
     // Transparent huge pages would map memory behind userfaultfd's back.
     let _ = raw::madvise(part.start, len, libc::MADV_NOHUGEPAGE);
     rt.uffd.register(part.start, len)
+}
+
+/// `MADV_POPULATE_READ` (Linux 5.14; missing from older libc bindings).
+const MADV_POPULATE_READ: i32 = 22;
+
+/// Faults `[addr, addr+len)` in for reading, through the pager.
+fn populate_read(addr: usize, len: usize) -> Result<()> {
+    // SAFETY: populating changes no byte of the range, only what is mapped.
+    unsafe { raw::madvise(addr, len, MADV_POPULATE_READ) }.map_err(|source| Error::Os {
+        what: "bringing tiered memory into DRAM for the program's own userfaultfd",
+        source,
+    })
 }
 
 /// Removes `pages` from the list of foreign ranges, splitting a range that
