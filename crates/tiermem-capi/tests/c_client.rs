@@ -85,6 +85,26 @@ fn c_client_forks_under_signal_delivery() {
     let _ = std::fs::remove_dir_all(out_dir);
 }
 
+/// Fork handlers of the program's own, registered before `tm_init`, read
+/// every byte of a region four times the budget while tiermem's pager is
+/// paused for the fork (`tests/c/api_fork_atfork.c`), with handler threads
+/// and under signal delivery, where the forking thread waited forever at
+/// the gate that holds other threads' faults back during a fork.
+#[test]
+fn fork_handlers_of_the_program_s_own_touch_tiered_memory() {
+    let (exe, lib, out_dir) = compile("api_fork_atfork");
+    for faults in ["handler", "signal"] {
+        run_timed(
+            &exe,
+            &lib,
+            &["/var/tmp"],
+            &[("TIERMEM_FAULTS", faults)],
+            "api_fork_atfork: ok",
+        );
+    }
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
 /// A parent and two forked children page through their copies of a region
 /// four times the budget at the same time, every byte read four times,
 /// with handler threads and under signal delivery

@@ -8,8 +8,12 @@
 //! forever. So the fork handlers close this gate: faults that have begun
 //! finish, new ones wait at the gate, and the fork goes ahead once none is
 //! in flight. The parent's waiting threads go on when it opens again.
+//!
+//! The forking thread itself passes: fork handlers of the program's own may
+//! run while the gate is closed (those registered before tiermem's), and it
+//! cannot be half-way through a fault of its own while it forks.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::sys::backoff;
@@ -18,6 +22,8 @@ use crate::sys::backoff;
 static FAULTING: AtomicUsize = AtomicUsize::new(0);
 /// Set from the fork's prepare handler until its parent or child handler.
 static CLOSED: AtomicBool = AtomicBool::new(false);
+/// The thread that closed the gate, which passes it.
+static FORKER: AtomicU32 = AtomicU32::new(0);
 
 /// A fault in flight, counted until it drops.
 pub(super) struct InFlight(());
@@ -34,15 +40,25 @@ impl Drop for InFlight {
 /// this fault, or this thread sees the fork and backs off.
 pub(super) fn enter() -> InFlight {
     loop {
-        while CLOSED.load(Ordering::SeqCst) {
+        while held_back() {
             std::thread::sleep(Duration::from_micros(50));
         }
         FAULTING.fetch_add(1, Ordering::SeqCst);
-        if !CLOSED.load(Ordering::SeqCst) {
+        if !held_back() {
             return InFlight(());
         }
         FAULTING.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Whether the gate is closed to the calling thread.
+fn held_back() -> bool {
+    CLOSED.load(Ordering::SeqCst) && FORKER.load(Ordering::SeqCst) != current_thread()
+}
+
+fn current_thread() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
 }
 
 /// How many threads resolve a fault right now.
@@ -54,6 +70,7 @@ pub(super) fn faulting() -> usize {
 /// has finished when this returns. Faults in flight finish with the
 /// runtime's threads still running, so none waits for a parked one.
 pub(crate) fn close_for_fork() {
+    FORKER.store(current_thread(), Ordering::SeqCst);
     CLOSED.store(true, Ordering::SeqCst);
     while FAULTING.load(Ordering::SeqCst) != 0 {
         backoff();
