@@ -92,17 +92,7 @@ fn c_client_forks_under_signal_delivery() {
 /// the gate that holds other threads' faults back during a fork.
 #[test]
 fn fork_handlers_of_the_program_s_own_touch_tiered_memory() {
-    let (exe, lib, out_dir) = compile("api_fork_atfork");
-    for faults in ["handler", "signal"] {
-        run_timed(
-            &exe,
-            &lib,
-            &["/var/tmp"],
-            &[("TIERMEM_FAULTS", faults)],
-            "api_fork_atfork: ok",
-        );
-    }
-    let _ = std::fs::remove_dir_all(out_dir);
+    run_with_both_deliveries("api_fork_atfork");
 }
 
 /// A parent and two forked children page through their copies of a region
@@ -113,15 +103,16 @@ fn fork_handlers_of_the_program_s_own_touch_tiered_memory() {
 /// smaller than its buffers".
 #[test]
 fn a_parent_and_its_children_page_at_the_same_time() {
-    let (exe, lib, out_dir) = compile("api_fork_concurrent");
+    run_with_both_deliveries("api_fork_concurrent");
+}
+
+/// Compiles `tests/c/NAME.c` and runs it on /var/tmp with handler threads,
+/// then under signal delivery; each run must print `NAME: ok`.
+fn run_with_both_deliveries(name: &str) {
+    let (exe, lib, out_dir) = compile(name);
     for faults in ["handler", "signal"] {
-        run_timed(
-            &exe,
-            &lib,
-            &["/var/tmp"],
-            &[("TIERMEM_FAULTS", faults)],
-            "api_fork_concurrent: ok",
-        );
+        let env = [("TIERMEM_FAULTS", faults)];
+        run_timed(&exe, &lib, &["/var/tmp"], &env, &format!("{name}: ok"));
     }
     let _ = std::fs::remove_dir_all(out_dir);
 }
