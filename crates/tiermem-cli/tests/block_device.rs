@@ -68,9 +68,25 @@ impl LoopDevice {
         dir
     }
 
+    /// Unmounts, retrying for two seconds while a process of the test
+    /// that is still exiting holds a file there (a pager stopped by a full
+    /// store), then detaching lazily: no mount outlives the test (one did,
+    /// once, when a single `umount` found the filesystem busy).
     fn unmount(&mut self) {
         if let Some(dir) = self.mount.take() {
-            let _ = Command::new("umount").arg(&dir).status();
+            let unmounted = (0..20).any(|_| {
+                let done = Command::new("umount")
+                    .arg(&dir)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !done {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                done
+            });
+            if !unmounted {
+                let _ = Command::new("umount").arg("-l").arg(&dir).status();
+            }
             let _ = std::fs::remove_dir(&dir);
         }
     }
