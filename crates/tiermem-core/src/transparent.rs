@@ -290,7 +290,7 @@ impl Runtime {
         let old_pages = rt.pages_in(old, old_len);
         for run in rt.wipe_on_fork_runs(old_pages.clone()) {
             let moved = run.start - from + to..run.end - from + to;
-            rt.extend_wipe_on_fork(moved, true);
+            rt.extend_wipe_on_fork(moved);
         }
         let moved_last = old_pages.end - from + to - 1;
         rt.grow_wipe_on_fork(moved_last + 1..rt.pages_in(new, new_len).end, moved_last);

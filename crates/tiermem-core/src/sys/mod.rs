@@ -11,6 +11,16 @@ pub mod thread;
 pub mod thread_fds;
 pub mod uffd;
 
+/// The file a descriptor names, as `(st_dev, st_ino)`, or `None` if it
+/// names nothing: how tiermem tells that a descriptor number still names
+/// the file it opened before closing it.
+pub fn file_identity(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid value to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into `st`, which lives for the call.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
 /// The kernel's base page size (4 KiB on x86-64).
 pub fn base_page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.

@@ -19,6 +19,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::file_identity as identity;
+
 /// Enough for a child's pager (six descriptors and one more for a moment
 /// while it replaces one) and a grandchild's after it.
 const SPARES: usize = 16;
@@ -39,15 +41,6 @@ static RESERVE: Mutex<Reserve> = Mutex::new(Reserve {
 /// no thread that does not exist in the child holds it there.
 pub fn reserve() -> std::sync::MutexGuard<'static, Reserve> {
     RESERVE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The file a descriptor names, or `None` if it names nothing.
-fn identity(fd: i32) -> Option<(u64, u64)> {
-    // SAFETY: an all-zero stat is a valid value to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes into `st`, which lives for the call.
-    let rc = unsafe { libc::fstat(fd, &mut st) };
-    (rc == 0).then_some((st.st_dev, st.st_ino))
 }
 
 /// A fresh close-on-exec descriptor for the spares' file: a duplicate of

@@ -19,6 +19,8 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
+use super::file_identity as identity;
+
 /// Entries for every thread of a few runtimes at once; past that, a
 /// descriptor is not recorded and stays open in children, as before.
 const CAPACITY: usize = 128;
@@ -111,14 +113,6 @@ fn parse_map_line(line: &str) -> Option<(usize, usize, u64, &str)> {
     let start = usize::from_str_radix(start, 16).ok()?;
     let end = usize::from_str_radix(end, 16).ok()?;
     Some((start, end, inode, path))
-}
-
-/// The file `fd` names: its device and inode.
-fn identity(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: an all-zero stat is a valid value to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes into `st` and reads nothing else of ours.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 #[cfg(test)]

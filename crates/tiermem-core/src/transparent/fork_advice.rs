@@ -36,18 +36,19 @@ impl Shared {
         }
     }
 
-    /// Advises `pages` too, when `advised` says so (a no-op otherwise).
-    pub(super) fn extend_wipe_on_fork(&self, pages: Range<PageNo>, advised: bool) {
-        if advised && !pages.is_empty() {
+    /// Advises `pages` too (memory the advice moved to).
+    pub(super) fn extend_wipe_on_fork(&self, pages: Range<PageNo>) {
+        if !pages.is_empty() {
             self.wipe_on_fork_guard().insert(pages);
         }
     }
 
     /// The pages `tail` a mapping grew by, after `last`: the kernel grows
-    /// the mapping itself, so they take its advice, which `last` has.
+    /// the mapping itself, so they take its advice, if `last` has it.
     pub(super) fn grow_wipe_on_fork(&self, tail: Range<PageNo>, last: PageNo) {
-        let advised = !self.wipe_on_fork_runs(last..last + 1).is_empty();
-        self.extend_wipe_on_fork(tail, advised);
+        if !self.wipe_on_fork_runs(last..last + 1).is_empty() {
+            self.extend_wipe_on_fork(tail);
+        }
     }
 
     /// The advised runs within `pages`, clipped to them.
