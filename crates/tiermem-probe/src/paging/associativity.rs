@@ -54,15 +54,26 @@ impl Probe<'_> {
                         .collect();
                     let yes = votes.iter().filter(|v| **v).count();
                     if yes >= 2 {
-                        self.ev.assoc_points.push((w as f64, 1.0));
+                        let (ways, spacing) = self.fewest_ways_that_conflict(w, d, l);
+                        self.ev.assoc_points.push((ways as f64, 1.0));
+                        let apart =
+                            |d: usize| tiermem_host::format::bytes_exact_or_mib((d * l) as u64);
+                        let how = if ways == w {
+                            "fewer ways never did".to_string()
+                        } else {
+                            format!(
+                                "{w} at {} apart first, then {ways} at {} apart, as a cache of {ways} ways would give both",
+                                apart(d),
+                                apart(spacing)
+                            )
+                        };
                         return Estimate {
-                            value: w as u64,
+                            value: ways as u64,
                             confidence: vote_confidence(1 + yes, 1 + votes.len())
                                 * (1.0 - false_alarms as f64 / (screened_total + 1) as f64),
                             evidence: format!(
-                                "{} misses on lines {} apart after the first evict it ({}/{} trials); fewer ways never did",
-                                w,
-                                tiermem_host::format::bytes_exact_or_mib((d * l) as u64),
+                                "{ways} misses on lines {} apart after the first evict it ({}/{} trials); {how}",
+                                apart(spacing),
                                 1 + yes,
                                 1 + votes.len()
                             ),
@@ -103,6 +114,33 @@ impl Probe<'_> {
                 false_alarms
             ),
         }
+    }
+
+    /// A conflict confirmed with `w` ways at spacing `d` also arises in a
+    /// cache of fewer ways, whose sets span more: `w / 2` ways conflict at
+    /// `2 * d`, where a cache of `w` ways holds those lines without
+    /// eviction. A real conflict at fewer ways screened as none (a miss
+    /// timed as a hit, on a loaded machine) would otherwise report twice the
+    /// ways or more: each halving is tried here, and kept when most of three
+    /// usable samples conflict.
+    fn fewest_ways_that_conflict(
+        &mut self,
+        mut w: usize,
+        mut d: usize,
+        l: usize,
+    ) -> (usize, usize) {
+        while w > 1 {
+            let votes: Vec<bool> = (0..9)
+                .filter_map(|_| self.conflict(w / 2, 2 * d, l))
+                .take(3)
+                .collect();
+            if votes.iter().filter(|v| **v).count() < 2 {
+                break;
+            }
+            w /= 2;
+            d *= 2;
+        }
+        (w, d)
     }
 
     /// Reads line `b` (it must miss), then lines `d` lines further on,
