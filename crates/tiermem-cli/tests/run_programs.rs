@@ -249,6 +249,30 @@ fn check_stats(what: &str, stderr: &str) -> u64 {
     })
 }
 
+/// The pages the compressed tier took (`stored N` on the `compressed` line
+/// of --stats), or `None` when the tier was off.
+fn compressed_stores(stderr: &str) -> Option<u64> {
+    stderr.lines().find_map(|line| {
+        let lower = line.trim_start().to_ascii_lowercase();
+        let rest = lower.strip_prefix("compressed")?;
+        let at = rest.find("stored ")?;
+        first_number(&rest[at + "stored ".len()..])
+    })
+}
+
+/// Checks that pages left DRAM for the compressed tier, for a run that
+/// turned it on to exercise it; returns how many.
+fn assert_compressed(what: &str, stderr: &str) -> u64 {
+    check_stats(what, stderr);
+    let stored = compressed_stores(stderr).unwrap_or(0);
+    assert!(
+        stored > 0,
+        "{what}: --stats shows no page stored in the compressed tier, so the run did not exercise it\n--- stderr (tail) ---\n{}",
+        tail(stderr, 60)
+    );
+    stored
+}
+
 fn assert_paged(what: &str, stderr: &str) -> u64 {
     let outs = check_stats(what, stderr);
     assert!(
@@ -338,9 +362,23 @@ fn c_program_env(
         &format!("{name} under tiermem run --dram {dram} {}", flags.join(" ")),
     );
     tiered.assert_ok();
-    let outs = assert_paged(&tiered.what, &tiered.stderr);
+    // A run that asks for the compressed tier must have used it; any other
+    // must have written to the store. Data that compresses well can live
+    // in DRAM compressed under the default settings and never reach the
+    // store, so a test about the store turns the tier off.
+    let asked_for_compression = env
+        .iter()
+        .any(|&(key, value)| key == "TIERMEM_COMPRESS" && value != "off");
+    let (outs, unit) = if asked_for_compression {
+        (
+            assert_compressed(&tiered.what, &tiered.stderr),
+            "compressed",
+        )
+    } else {
+        (assert_paged(&tiered.what, &tiered.stderr), "page-outs")
+    };
     println!(
-        "{name}: {} | without tiermem {:.2}s, under tiermem {:.2}s, {outs} page-outs",
+        "{name}: {} | without tiermem {:.2}s, under tiermem {:.2}s, {outs} {unit}",
         tiered.last_line(),
         native.secs,
         tiered.secs
@@ -433,10 +471,13 @@ fn c_o_direct_reads_into_tiered_buffers() {
 /// checked. The program sets its rings up through glibc's `syscall()`, so
 /// dirty victims are moved out past the kernel's pin check. With
 /// `TIERMEM_ASYNC_IO=off` each mode lost a read's bytes within seconds.
+/// The compressed tier is off so that the paging threads' pages, which
+/// compress well, leave DRAM for the store and not only for the pool.
 #[test]
 fn c_async_o_direct_reads_into_tiered_buffers() {
+    let env = [("TIERMEM_COMPRESS", "off")];
     for mode in ["uring", "uring-fixed", "aio"] {
-        let stderr = c_program_with("preload_async_io", "8M", &[], &|dir| {
+        let stderr = c_program_env("preload_async_io", "8M", &[], &env, &|dir| {
             vec![mode.into(), dir.to_string_lossy().into_owned(), "4".into()]
         });
         if stderr.is_empty() {
@@ -563,7 +604,9 @@ fn c_fork_children_see_evicted_pages_encrypted() {
 /// fixed address (QEMU's default guest RAM), are tiered and not reported.
 #[test]
 fn untiered_mappings_over_the_budget_are_reported() {
-    let stderr = c_program_with("preload_untiered", "16M", &[], &|_| vec!["32".into()]);
+    // The tiered mappings compress well enough to stay in DRAM, compressed.
+    let env = [("TIERMEM_COMPRESS", "off")];
+    let stderr = c_program_env("preload_untiered", "16M", &[], &env, &|_| vec!["32".into()]);
     if stderr.is_empty() {
         return; // no C compiler: compile_c said so
     }
@@ -606,7 +649,9 @@ fn untiered_mappings_over_the_budget_are_reported() {
 /// It was refused with `ENOMEM`, and QEMU could not start.
 #[test]
 fn shared_memory_mapped_into_a_reservation_is_the_kernel_s_and_said() {
-    let stderr = c_program_with("preload_foreign", "16M", &[], &|_| {
+    // The tiered parts compress well enough to stay in DRAM, compressed.
+    let env = [("TIERMEM_COMPRESS", "off")];
+    let stderr = c_program_env("preload_foreign", "16M", &[], &env, &|_| {
         vec!["32".into(), "16".into()]
     });
     if stderr.is_empty() {
@@ -701,17 +746,24 @@ fn a_program_that_skips_its_exit_handlers_still_gets_its_statistics() {
 /// sees, while the evictor copies those very pages: the program neither
 /// hangs (a discarded page faulted forever as a duplicate, and the
 /// evictor's copy of one waited for itself) nor reads a page that is
-/// neither its bytes nor zeros (`tests/c/preload_raw_discard.c`).
+/// neither its bytes nor zeros (`tests/c/preload_raw_discard.c`). Once
+/// with the compressed tier and once with the store alone: the program's
+/// pages compress well enough to stay in DRAM, compressed.
 #[test]
 fn discards_by_the_program_s_own_system_calls_neither_hang_nor_tear_pages() {
-    let stderr = c_program_with("preload_raw_discard", "16M", &[], &|_| vec!["24".into()]);
-    if stderr.is_empty() {
-        return; // no C compiler: compile_c said so
+    for compress in ["lz4", "off"] {
+        let env = [("TIERMEM_COMPRESS", compress)];
+        let stderr = c_program_env("preload_raw_discard", "16M", &[], &env, &|_| {
+            vec!["24".into()]
+        });
+        if stderr.is_empty() {
+            return; // no C compiler: compile_c said so
+        }
+        assert!(
+            stderr.contains("by the program's own madvise system calls"),
+            "the summary counts the discards:\n{stderr}"
+        );
     }
-    assert!(
-        stderr.contains("by the program's own madvise system calls"),
-        "the summary counts the discards:\n{stderr}"
-    );
 }
 
 /// madvise and mlock on tiered memory answer as the kernel's do (a locked
@@ -722,10 +774,15 @@ fn discards_by_the_program_s_own_system_calls_neither_hang_nor_tear_pages() {
 /// range (both aborted the program with "unmapping ... failed: Invalid
 /// argument"), and threads racing mlock, munlock and MADV_DONTNEED on the
 /// same pages while a region pages through the budget tear no byte
-/// (`tests/c/preload_madvise_locks.c`).
+/// (`tests/c/preload_madvise_locks.c`). Once with the compressed tier and
+/// once with the store alone, as the region compresses well enough to stay
+/// in DRAM.
 #[test]
 fn madvise_and_mlock_answer_as_the_kernel_s_and_a_hidden_lock_stops_no_paging() {
-    c_program("preload_madvise_locks", "16M", &|_| Vec::new());
+    for compress in ["lz4", "off"] {
+        let env = [("TIERMEM_COMPRESS", compress)];
+        c_program_env("preload_madvise_locks", "16M", &[], &env, &|_| Vec::new());
+    }
 }
 
 /// A program that has opened every descriptor its limit allows forks a
@@ -733,19 +790,25 @@ fn madvise_and_mlock_answer_as_the_kernel_s_and_a_hidden_lock_stops_no_paging() 
 /// descriptors tiermem holds for forks and read every byte of their
 /// evicted memory back (`tests/c/preload_fork_fds.c`). Without the
 /// spares the child could not create its event descriptors and exited.
+/// The compressed tier is off: the program's stamp compresses 50 to 1, so
+/// with it on the whole region could stay in DRAM, compressed, and the
+/// children would never read the store through their rings.
 #[test]
 fn a_program_out_of_descriptors_forks_children_that_page() {
-    c_program("preload_fork_fds", "8M", &|_| vec!["24".into()]);
+    let env = [("TIERMEM_COMPRESS", "off")];
+    c_program_env("preload_fork_fds", "8M", &[], &env, &|_| vec!["24".into()]);
 }
 
 /// A chain of four forked generations, each checking every byte of a
 /// region three times the budget: each holds as many io_uring and pidfd
 /// descriptors and ring mappings as the first process
 /// (`tests/c/preload_fork_leaks.c`). Each generation kept the parent
-/// threads' three rings and pidfd before.
+/// threads' three rings and pidfd before. The compressed tier is off, so
+/// that each generation reads its evicted pages through its rings.
 #[test]
 fn forked_children_close_what_the_parent_s_pager_threads_held() {
-    c_program("preload_fork_leaks", "16M", &|_| Vec::new());
+    let env = [("TIERMEM_COMPRESS", "off")];
+    c_program_env("preload_fork_leaks", "16M", &[], &env, &|_| Vec::new());
 }
 
 /// A program registers part of its memory, most of it evicted, with a
@@ -779,10 +842,12 @@ fn a_program_pages_part_of_its_memory_with_its_own_userfaultfd() {
 /// `MAP_FIXED` and `munmap` end the advice, `mremap` carries it, moved or
 /// grown in place, and the parent keeps every byte
 /// (`tests/c/preload_wipe_on_fork.c`). Before, the child read the parent's
-/// bytes there.
+/// bytes there. The compressed tier is off, so that the pages evicted
+/// before the fork are in the store, where the child reads them.
 #[test]
 fn memory_advised_wipe_on_fork_reads_as_zeros_in_a_forked_child() {
-    c_program("preload_wipe_on_fork", "16M", &|_| Vec::new());
+    let env = [("TIERMEM_COMPRESS", "off")];
+    c_program_env("preload_wipe_on_fork", "16M", &[], &env, &|_| Vec::new());
 }
 
 /// The Go toolchain: `go` on PATH, or where the official tarball puts it.
