@@ -7,6 +7,9 @@ use crate::stats::{median, without_outliers};
 /// Most calibration rounds before the miss latency is taken as it is.
 const CALIBRATION_ROUNDS: usize = 6;
 
+/// An access faster than this took no fault, whatever the re-reads gave.
+const NO_FAULT_FLOOR_NS: f64 = 1_000.0;
+
 impl Probe<'_> {
     /// Misses: the first read of a line in a cleared region (lines 2 MiB
     /// apart, so no two share a line). Hits: the same line read again.
@@ -67,6 +70,11 @@ impl Probe<'_> {
         // (a hit that needed the kernel, e.g. a tiermem probation hit) well
         // under it.
         self.thr = ((0.5 * miss).max(10.0 * hit)) as u64;
+        // A memory access, even one that misses the TLB and the CPU caches
+        // on a guest, takes well under a microsecond; a fault, even a minor
+        // one, takes more.
+        let no_fault = (10.0 * hit).max(NO_FAULT_FLOOR_NS * self.tpn) as u64;
+        self.no_fault_thr = no_fault.min(self.thr);
         self.miss_ns = miss / self.tpn;
         self.ev.threshold_ns = self.ns(self.thr);
         Ok(())

@@ -59,6 +59,9 @@ pub struct Probe<'a> {
     tpn: f64,
     /// Accesses at least this slow (ticks) were served by the device.
     thr: u64,
+    /// Accesses faster than this (ticks) took no fault at all: ten times a
+    /// re-read's median, or a microsecond if more, and never above `thr`.
+    no_fault_thr: u64,
     clear_bytes: usize,
     sink: u8,
     progress: &'a mut dyn FnMut(&str, f64),
@@ -101,6 +104,7 @@ impl<'a> Probe<'a> {
             rng: Rng::new(setup.seed),
             tpn: setup.ticks_per_ns,
             thr: u64::MAX,
+            no_fault_thr: 0,
             clear_bytes: 2 * setup.hint_bytes,
             sink: 0,
             progress,
@@ -132,6 +136,11 @@ impl Probe<'_> {
 
     fn miss(&self, t: u64) -> bool {
         t >= self.thr
+    }
+
+    /// True if an access this fast (ticks) found its page mapped.
+    fn without_fault(&self, t: u64) -> bool {
+        t < self.no_fault_thr
     }
 
     /// Starts a batch of timed accesses.
