@@ -121,9 +121,7 @@ impl Probe<'_> {
             ),
         }
     }
-}
 
-impl Probe<'_> {
     /// `line`, or a smaller line when pairs half of it apart are confirmed
     /// to be in two lines. A second read that hits for another reason (a
     /// page left resident by the clearing, or brought in by the target's
