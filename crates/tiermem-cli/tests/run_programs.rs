@@ -326,6 +326,12 @@ fn c_program_with(
     c_program_env(name, dram, flags, &[], args)
 }
 
+/// The variables for a run whose evicted pages must reach the store: the
+/// compressed tier off. The C programs' stamps compress well, often well
+/// enough for a whole region to stay in DRAM compressed, so a test about
+/// the store, a fork's reads of it or the evictor's writes sets these.
+const STORE_ONLY: &[(&str, &str)] = &[("TIERMEM_COMPRESS", "off")];
+
 /// [`c_program_with`], with variables set for the tiered run.
 fn c_program_env(
     name: &str,
@@ -475,9 +481,8 @@ fn c_o_direct_reads_into_tiered_buffers() {
 /// compress well, leave DRAM for the store and not only for the pool.
 #[test]
 fn c_async_o_direct_reads_into_tiered_buffers() {
-    let env = [("TIERMEM_COMPRESS", "off")];
     for mode in ["uring", "uring-fixed", "aio"] {
-        let stderr = c_program_env("preload_async_io", "8M", &[], &env, &|dir| {
+        let stderr = c_program_env("preload_async_io", "8M", &[], STORE_ONLY, &|dir| {
             vec![mode.into(), dir.to_string_lossy().into_owned(), "4".into()]
         });
         if stderr.is_empty() {
@@ -537,12 +542,11 @@ fn stat_after(stderr: &str, label: &str) -> Option<u64> {
 #[test]
 fn huge_page_advice_keeps_a_fixed_part_of_random_passes_resident() {
     let args = |mode: &'static str| move |_: &Path| vec![mode.into(), "64".into(), "4".into()];
-    let env = [("TIERMEM_COMPRESS", "off")];
-    let plain = c_program_env("preload_huge", "32M", &[], &env, &args("plain"));
+    let plain = c_program_env("preload_huge", "32M", &[], STORE_ONLY, &args("plain"));
     if plain.is_empty() {
         return;
     }
-    let advised = c_program_env("preload_huge", "32M", &[], &env, &args("advise"));
+    let advised = c_program_env("preload_huge", "32M", &[], STORE_ONLY, &args("advise"));
     assert!(
         !plain.contains("huge regions"),
         "no region forms without the advice:\n{}",
@@ -604,9 +608,9 @@ fn c_fork_children_see_evicted_pages_encrypted() {
 /// fixed address (QEMU's default guest RAM), are tiered and not reported.
 #[test]
 fn untiered_mappings_over_the_budget_are_reported() {
-    // The tiered mappings compress well enough to stay in DRAM, compressed.
-    let env = [("TIERMEM_COMPRESS", "off")];
-    let stderr = c_program_env("preload_untiered", "16M", &[], &env, &|_| vec!["32".into()]);
+    let stderr = c_program_env("preload_untiered", "16M", &[], STORE_ONLY, &|_| {
+        vec!["32".into()]
+    });
     if stderr.is_empty() {
         return; // no C compiler: compile_c said so
     }
@@ -649,9 +653,7 @@ fn untiered_mappings_over_the_budget_are_reported() {
 /// It was refused with `ENOMEM`, and QEMU could not start.
 #[test]
 fn shared_memory_mapped_into_a_reservation_is_the_kernel_s_and_said() {
-    // The tiered parts compress well enough to stay in DRAM, compressed.
-    let env = [("TIERMEM_COMPRESS", "off")];
-    let stderr = c_program_env("preload_foreign", "16M", &[], &env, &|_| {
+    let stderr = c_program_env("preload_foreign", "16M", &[], STORE_ONLY, &|_| {
         vec!["32".into(), "16".into()]
     });
     if stderr.is_empty() {
@@ -795,8 +797,9 @@ fn madvise_and_mlock_answer_as_the_kernel_s_and_a_hidden_lock_stops_no_paging() 
 /// children would never read the store through their rings.
 #[test]
 fn a_program_out_of_descriptors_forks_children_that_page() {
-    let env = [("TIERMEM_COMPRESS", "off")];
-    c_program_env("preload_fork_fds", "8M", &[], &env, &|_| vec!["24".into()]);
+    c_program_env("preload_fork_fds", "8M", &[], STORE_ONLY, &|_| {
+        vec!["24".into()]
+    });
 }
 
 /// A chain of four forked generations, each checking every byte of a
@@ -807,8 +810,9 @@ fn a_program_out_of_descriptors_forks_children_that_page() {
 /// that each generation reads its evicted pages through its rings.
 #[test]
 fn forked_children_close_what_the_parent_s_pager_threads_held() {
-    let env = [("TIERMEM_COMPRESS", "off")];
-    c_program_env("preload_fork_leaks", "16M", &[], &env, &|_| Vec::new());
+    c_program_env("preload_fork_leaks", "16M", &[], STORE_ONLY, &|_| {
+        Vec::new()
+    });
 }
 
 /// A program registers part of its memory, most of it evicted, with a
@@ -821,13 +825,9 @@ fn forked_children_close_what_the_parent_s_pager_threads_held() {
 /// (`EBUSY`) before: tiermem's userfaultfd handled the range.
 #[test]
 fn a_program_pages_part_of_its_memory_with_its_own_userfaultfd() {
-    let stderr = c_program_env(
-        "preload_own_userfaultfd",
-        "16M",
-        &[],
-        &[("TIERMEM_COMPRESS", "off")],
-        &|_| Vec::new(),
-    );
+    let stderr = c_program_env("preload_own_userfaultfd", "16M", &[], STORE_ONLY, &|_| {
+        Vec::new()
+    });
     if stderr.is_empty() {
         return; // no C compiler: compile_c said so
     }
@@ -846,8 +846,9 @@ fn a_program_pages_part_of_its_memory_with_its_own_userfaultfd() {
 /// before the fork are in the store, where the child reads them.
 #[test]
 fn memory_advised_wipe_on_fork_reads_as_zeros_in_a_forked_child() {
-    let env = [("TIERMEM_COMPRESS", "off")];
-    c_program_env("preload_wipe_on_fork", "16M", &[], &env, &|_| Vec::new());
+    c_program_env("preload_wipe_on_fork", "16M", &[], STORE_ONLY, &|_| {
+        Vec::new()
+    });
 }
 
 /// The Go toolchain: `go` on PATH, or where the official tarball puts it.
