@@ -21,7 +21,8 @@
  *   the error policy: TIERMEM_CHECKSUMS, TIERMEM_ENCRYPT,
  *     TIERMEM_IO_DEADLINE, and TIERMEM_INJECT_FAULTS for tests;
  *   reporting: TIERMEM_STATS, TIERMEM_STATS_FILE, TIERMEM_CONTROL;
- *   under `tiermem run` only: TIERMEM_MMAP_THRESHOLD, TIERMEM_NO_INHERIT.
+ *   under `tiermem run` only: TIERMEM_MMAP_THRESHOLD, TIERMEM_NO_INHERIT,
+ *   TIERMEM_MEMFD.
  * Each process answers `tiermem ctl PID stats|budget SIZE` on a control
  * socket unless TIERMEM_CONTROL=off.
  *

@@ -602,7 +602,7 @@ fn c_fork_children_see_evicted_pages_encrypted() {
 
 /// Mappings `tiermem run` does not tier are said on stderr when they are at
 /// least as large as the budget, with their size and why: shared anonymous
-/// memory, a memfd mapped shared (QEMU's memory-backend-memfd), and
+/// memory, a memfd mapped shared that is not close-on-exec, and
 /// private memory at a fixed address outside the arena. Plain private
 /// memory, and a PROT_NONE reservation with memory mapped into it at a
 /// fixed address (QEMU's default guest RAM), are tiered and not reported.
@@ -627,7 +627,11 @@ fn untiered_mappings_over_the_budget_are_reported() {
         1,
         "{stderr}"
     );
-    assert_eq!(reported("shared memory (a memfd"), 1, "{stderr}");
+    assert_eq!(
+        reported("shared memory other processes can reach"),
+        1,
+        "{stderr}"
+    );
     assert_eq!(reported("PROT_NONE"), 0, "{stderr}");
     assert_eq!(
         reported("fixed address outside tiermem's arena"),
@@ -646,31 +650,99 @@ fn untiered_mappings_over_the_budget_are_reported() {
 }
 
 /// A memfd mapped with `MAP_FIXED` into a reservation of tiered memory
-/// (QEMU's `memory-backend-memfd`) is the kernel's mapping: the program
-/// finds every byte through the mapping and the memfd's descriptor, in a
-/// forked child too, with tiered memory paged right up to its edges; each
-/// such mapping is said on stderr; unmapped, the range is tiered again.
-/// It was refused with `ENOMEM`, and QEMU could not start.
+/// (QEMU's `memory-backend-memfd`), whose descriptor the program then
+/// reads: the program finds every byte through the mapping and the
+/// descriptor, in a forked child too, with tiered memory paged right up to
+/// its edges; unmapped, the range is tiered again
+/// (`tests/c/preload_foreign.c`). Run twice:
+/// - memfds tiered (the default): the mapping is tiered memory until the
+///   first `pread` drains it into the file, which is said; the second
+///   mapping of the file is the kernel's, and said;
+/// - `TIERMEM_MEMFD=off`: both mappings are the kernel's from the start,
+///   and said. It was refused with `ENOMEM` once, and QEMU could not start.
 #[test]
-fn shared_memory_mapped_into_a_reservation_is_the_kernel_s_and_said() {
-    let stderr = c_program_env("preload_foreign", "16M", &[], STORE_ONLY, &|_| {
-        vec!["32".into(), "16".into()]
-    });
-    if stderr.is_empty() {
-        return; // no C compiler: compile_c said so
+fn shared_memory_mapped_into_a_reservation_keeps_every_byte_and_is_said() {
+    let reached = "shared memory other processes can reach";
+    let off = "shared memory is not tiered (TIERMEM_MEMFD=off";
+    for (memfd, drains, untiered, why) in [("on", 1, 1, reached), ("off", 0, 2, off)] {
+        let mut env = STORE_ONLY.to_vec();
+        env.push(("TIERMEM_MEMFD", memfd));
+        let stderr = c_program_env("preload_foreign", "16M", &[], &env, &|_| {
+            vec!["32".into(), "16".into()]
+        });
+        if stderr.is_empty() {
+            return; // no C compiler: compile_c said so
+        }
+        let count = |what: &str| stderr.lines().filter(|l| l.contains(what)).count();
+        let drained = count(
+            "32.0 MiB of memfd memory left tiering (the program read the file through its descriptor)",
+        );
+        assert_eq!(drained, drains, "TIERMEM_MEMFD={memfd}:\n{stderr}");
+        let reports = count(&format!(
+            "mapped 32.0 MiB that tiermem does not tier: {why}"
+        ));
+        assert_eq!(reports, untiered, "TIERMEM_MEMFD={memfd}:\n{stderr}");
+        assert_eq!(
+            stderr.matches("that tiermem does not tier").count(),
+            untiered,
+            "nothing else is reported (TIERMEM_MEMFD={memfd}):\n{stderr}"
+        );
     }
-    let reports = stderr
-        .lines()
-        .filter(|l| {
-            l.contains("mapped 32.0 MiB that tiermem does not tier: shared memory (a memfd")
-        })
-        .count();
-    assert_eq!(reports, 2, "the memfd was mapped twice:\n{stderr}");
-    assert_eq!(
-        stderr.matches("that tiermem does not tier").count(),
-        2,
-        "nothing else is reported:\n{stderr}"
-    );
+}
+
+/// A memfd created close-on-exec and mapped shared and read-write, as QEMU
+/// maps `memory-backend-memfd` guest RAM, is tiered memory while nobody
+/// else can see the file, and moves into the file the moment someone
+/// could (`tests/c/preload_memfd.c`, 64 MiB under a 16 MiB budget, three
+/// threads rewriting pages all along): every byte of every page reads its
+/// last write afterwards, through the mapping and the descriptor, for each
+/// way the file is shown (read, written, duplicated, sent over a socket,
+/// shared by a forked child, mapped again, punched, unmapped). A mapping
+/// nobody sees (also through a fork after `MADV_DONTFORK`, or after the
+/// program closed its descriptor) stays tiered and nothing is said. The
+/// store-only tier makes every run page the mapping out.
+#[test]
+fn a_memfd_is_tiered_until_its_file_is_shown_and_keeps_every_byte() {
+    let drained = [
+        ("pread", "the program read the file through its descriptor"),
+        (
+            "pwrite",
+            "the program wrote the file through its descriptor",
+        ),
+        ("dup", "the program duplicated its descriptor"),
+        (
+            "sendmsg",
+            "the program sent its descriptor to another process",
+        ),
+        ("fork", "the program forked a child that shares it"),
+        ("mmap2", "the memfd was mapped once more"),
+        ("punch", "the program allocated or punched its file"),
+        ("munmap", "the program unmapped it"),
+    ];
+    for (mode, why) in drained {
+        let stderr = c_program_env("preload_memfd", "16M", &[], STORE_ONLY, &|_| {
+            vec![mode.into()]
+        });
+        if stderr.is_empty() {
+            return; // no C compiler: compile_c said so
+        }
+        let said = format!("64.0 MiB of memfd memory left tiering ({why}): ");
+        assert_eq!(
+            stderr.matches(&said).count(),
+            1,
+            "{mode}: the drain is said once:\n{stderr}"
+        );
+        assert!(!stderr.contains("could not move"), "{mode}:\n{stderr}");
+    }
+    for mode in ["none", "fork-dontfork", "close-munmap"] {
+        let stderr = c_program_env("preload_memfd", "16M", &[], STORE_ONLY, &|_| {
+            vec![mode.into()]
+        });
+        assert!(
+            !stderr.contains("left tiering") && !stderr.contains("does not tier"),
+            "{mode}: the mapping stays tiered, and nothing is said:\n{stderr}"
+        );
+    }
 }
 
 /// A program that ends without running its exit handlers (a direct

@@ -65,4 +65,5 @@ pub use runtime::{PinnedIo, Runtime};
 pub use stats::{LatencySummary, Stats};
 pub use store::{format_store, Label as StoreLabel};
 pub use threads::set_thread_start_hook;
+pub use transparent::Drained;
 pub use units::{parse_duration, parse_size, SizeSpec};

@@ -383,6 +383,16 @@ pub const SETTINGS: &[Setting] = &[
         read_by_library: true,
     },
     Setting {
+        env: "TIERMEM_MEMFD",
+        on_value: "off",
+        flag: "--untiered-memfd",
+        flag_of: "",
+        default: "tiered while private",
+        value: "",
+        doc: "memfds left to the kernel, never tiered (`tiermem run`)",
+        read_by_library: true,
+    },
+    Setting {
         env: "TIERMEM_LIB",
         on_value: "",
         flag: "",

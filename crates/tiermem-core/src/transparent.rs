@@ -6,8 +6,11 @@
 //! exact; with larger pages a range that covers part of a page discards (or
 //! zeroes) only whole pages and leaves partial ones in place.
 
+mod drain;
 mod foreign;
 mod fork_advice;
+
+pub use drain::Drained;
 
 use std::ptr::NonNull;
 use std::sync::Mutex;

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicUsize;
 
 use tiermem_core::fork::{child_all, parent_all, prepare_all, set_wrapper};
 
-use super::{next_symbol, set_errno, Guard};
+use super::{memfd, next_symbol, set_errno, Guard};
 
 /// Makes the fork handlers run inside tiermem: what they allocate comes
 /// from plain memory, never from the tiered memory they are pausing.
@@ -23,6 +23,24 @@ pub fn install() {
         let _inside = Guard::enter();
         handler();
     });
+    // Registered after tiermem-core's handlers, so that this prepare
+    // handler runs before theirs (prepare handlers run in reverse order),
+    // while the runtime is not paused yet, and this child handler after.
+    // SAFETY: registers two plain extern "C" functions.
+    let rc = unsafe { libc::pthread_atfork(Some(memfd_before_fork), None, Some(memfd_in_child)) };
+    if rc != 0 {
+        eprintln!(
+            "tiermem: pthread_atfork failed ({rc}); a forked child could not share tiered memfds"
+        );
+    }
+}
+
+extern "C" fn memfd_before_fork() {
+    memfd::before_fork();
+}
+
+extern "C" fn memfd_in_child() {
+    memfd::forget_in_child();
 }
 
 /// Whether the call makes a child with a copy of the memory that goes on
@@ -73,12 +91,16 @@ pub unsafe extern "C" fn _Fork() -> libc::pid_t {
 /// Runs `fork` (which returns 0 in the child, as fork(2)) between the
 /// prepare handler and the parent's or child's, keeping its errno.
 pub(super) fn with_fork_handlers(fork: impl FnOnce() -> c_long) -> c_long {
+    memfd::before_fork();
     prepare_all();
     let pid = fork();
     // SAFETY: __errno_location returns this thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     match pid {
-        0 => child_all(),
+        0 => {
+            child_all();
+            memfd::forget_in_child();
+        }
         _ => parent_all(),
     }
     set_errno(errno);

@@ -11,6 +11,7 @@ use tiermem_core::sys::raw;
 
 use super::exit_stats::mib;
 use super::guard::{inside, Guard};
+use super::memfd;
 use super::{active, mmap_threshold, program_name, program_runtime, runtime, set_errno};
 
 const MAP_FAILED: *mut c_void = !0usize as *mut c_void;
@@ -79,6 +80,13 @@ pub unsafe extern "C" fn mmap(
     offset: libc::off_t,
 ) -> *mut c_void {
     let fixed = flags & libc::MAP_FIXED != 0;
+    let mut said = false;
+    if active() && !inside() && flags & libc::MAP_ANONYMOUS == 0 && memfd::any() {
+        match map_memfd(addr as usize, len, prot, flags, fd, offset) {
+            Memfd::Tiered(p) => return p,
+            Memfd::Untiered { reason_said } => said = reason_said,
+        }
+    }
     if active() && !inside() && !fixed && wants_tiering(len, prot, flags) {
         let _inside = Guard::enter();
         if let Some(p) = alloc_tiered(len, prot) {
@@ -88,7 +96,7 @@ pub unsafe extern "C" fn mmap(
     }
     if fixed && touches_arena(addr as usize, len) {
         if !is_plain(flags) {
-            return map_foreign_in_arena(addr as usize, len, prot, flags, fd, offset);
+            return map_foreign_in_arena(addr as usize, len, prot, flags, fd, offset, said);
         }
         return map_fixed_in_arena(addr as usize, len, prot, flags);
     }
@@ -97,11 +105,100 @@ pub unsafe extern "C" fn mmap(
     }
     match raw::mmap(addr as usize, len, prot, flags, fd, offset) {
         Ok(p) => {
-            report_if_over_budget(len, prot, flags, fd);
+            if !said {
+                report_if_over_budget(len, prot, flags, fd);
+            }
             p as *mut c_void
         }
         Err(e) => fail(e, MAP_FAILED),
     }
+}
+
+/// What became of a file mapping of a followed memfd (see `memfd`).
+enum Memfd {
+    Tiered(*mut c_void),
+    /// The kernel maps it; whether why was said on stderr already.
+    Untiered {
+        reason_said: bool,
+    },
+}
+
+/// A mapping of `fd` when memfds are followed: tiered memory standing for
+/// the memfd when it may be, else the memfd is followed no more (its tiered
+/// mapping drained first, if it has one) and the kernel maps it.
+unsafe fn map_memfd(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> Memfd {
+    match memfd::why_not_tiered(len, prot, flags, fd, offset) {
+        Ok(()) => {
+            if let Some(p) = tier_memfd(addr, len, prot, flags, fd, offset) {
+                return Memfd::Tiered(p);
+            }
+            memfd::on_escape(fd, "the memfd was mapped where tiermem cannot tier it");
+            Memfd::Untiered { reason_said: false }
+        }
+        Err(why) => {
+            memfd::on_escape(fd, "the memfd was mapped once more");
+            let large = len as u64 >= runtime().dram_budget();
+            if let (Some(why), true) = (why, large) {
+                let _inside = Guard::enter();
+                eprintln!(
+                    "tiermem: {} (pid {}) mapped {} of a memfd that tiermem does not tier: {why}; it is outside the {} DRAM budget",
+                    program_name(),
+                    std::process::id(),
+                    mib(len as u64),
+                    mib(runtime().dram_budget()),
+                );
+            }
+            Memfd::Untiered {
+                reason_said: why.is_some() && large,
+            }
+        }
+    }
+}
+
+/// Tiered memory standing for the memfd `fd`: at a fresh address, or at
+/// `addr` (`MAP_FIXED`) in the lazily committed zone. The kernel maps the
+/// file once first, so that a mapping it would refuse is refused with its
+/// error. `None` where tiermem cannot place it.
+unsafe fn tier_memfd(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> Option<*mut c_void> {
+    let fixed = flags & libc::MAP_FIXED != 0;
+    let span = len.next_multiple_of(BASE_PAGE);
+    if fixed && (!addr.is_multiple_of(BASE_PAGE) || !runtime().is_lazy_range(addr, span)) {
+        return None;
+    }
+    let trial = raw::mmap(0, len, prot, flags & !libc::MAP_FIXED, fd, offset).ok()?;
+    let _ = raw::munmap(trial, len);
+    let _inside = Guard::enter();
+    let rt = runtime();
+    let at = match fixed {
+        true => {
+            rt.take_back_foreign(addr, span).ok()?;
+            rt.map_fixed_zero(addr, span);
+            rt.protect(addr, span, prot).ok()?;
+            addr
+        }
+        false => alloc_tiered(span, prot)? as usize,
+    };
+    if !memfd::record(at, span, fd, offset) {
+        if !fixed {
+            rt.unmap(at, span);
+        }
+        return None;
+    }
+    Some(at as *mut c_void)
 }
 
 /// A mapping of the program's that stays untiered is memory the DRAM
@@ -136,11 +233,16 @@ fn report_if_over_budget(len: usize, prot: c_int, flags: c_int, fd: c_int) {
 fn untiered_reason(prot: c_int, flags: c_int, fd: c_int) -> Option<&'static str> {
     let shared = flags & MAP_TYPE != libc::MAP_PRIVATE;
     if flags & libc::MAP_ANONYMOUS == 0 {
+        if shared && is_shared_memory(fd) && !memfd::enabled() {
+            return Some(
+                "shared memory is not tiered (TIERMEM_MEMFD=off, tiermem run --untiered-memfd)",
+            );
+        }
         return (shared && is_shared_memory(fd))
             .then_some(
-                "shared memory (a memfd or /dev/shm file mapped MAP_SHARED) cannot be tiered by tiermem run, \
-                 as whoever else holds the file reads its pages directly (a QEMU guest's RAM is tiered \
-                 without memory-backend-memfd)",
+                "shared memory other processes can reach (a /dev/shm file, or a memfd that is not \
+                 close-on-exec, whose descriptor was shared, or that is mapped more than once) is not \
+                 tiered, as whoever else holds the file reads its pages directly",
             );
     }
     Some(if shared {
@@ -232,6 +334,7 @@ unsafe fn map_foreign_in_arena(
     flags: c_int,
     fd: c_int,
     offset: libc::off_t,
+    said: bool,
 ) -> *mut c_void {
     let rt = runtime();
     let span = len.next_multiple_of(BASE_PAGE);
@@ -253,7 +356,9 @@ unsafe fn map_foreign_in_arena(
     };
     match mapped {
         Ok(p) => {
-            report_if_over_budget(len, prot, flags, fd);
+            if !said {
+                report_if_over_budget(len, prot, flags, fd);
+            }
             p as *mut c_void
         }
         Err(e) => fail(e, MAP_FAILED),
@@ -363,6 +468,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
         set_errno(libc::EINVAL);
         return -1;
     }
+    memfd::on_range_change(a, len, "the program unmapped it", true);
     let _inside = Guard::enter();
     for (from, to) in outside_arena(a, len) {
         if let Err(e) = raw::munmap(from, to - from) {
@@ -438,6 +544,7 @@ pub unsafe extern "C" fn mremap(
             Err(e) => fail(e, MAP_FAILED),
         };
     }
+    memfd::on_range_change(o, old_len, "the program moved or resized it", false);
     if !foreign_parts(o, old_len).is_empty() {
         // Moving or resizing a foreign mapping inside the arena is not
         // supported: the kernel would move it over tiered memory.
@@ -557,6 +664,9 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
 
 unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {
     let rt = runtime();
+    if memfd::is_tiered_memfd(addr, len) {
+        return advise_memfd(addr, len, advice);
+    }
     match advice {
         // The kernel refuses to discard locked memory, and MADV_REMOVE is
         // for shared memory only: private anonymous memory, locked or not,
@@ -605,12 +715,49 @@ unsafe fn advise_tiered(addr: usize, len: usize, advice: c_int) -> c_int {
         // back where the kernel gives the child zeros: tiermem wipes them.
         libc::MADV_WIPEONFORK => rt.wipe_on_fork(addr, len, true),
         libc::MADV_KEEPONFORK => rt.wipe_on_fork(addr, len, false),
+        // MADV_DONTFORK: the child keeps a copy of that memory, which it
+        // does not expect to touch (a tiered memfd mapping notes it: its
+        // fork needs no drain).
+        libc::MADV_DONTFORK => memfd::advise_fork(addr, len, true),
+        libc::MADV_DOFORK => memfd::advise_fork(addr, len, false),
         // Kernel reclaim (COLD/PAGEOUT) would send tiered pages to kernel
-        // swap: accepted and ignored. So is MADV_DONTFORK: the child keeps
-        // a copy of that memory, which it does not expect to touch.
+        // swap: accepted and ignored.
         _ => {}
     }
     0
+}
+
+/// Advice over tiered memory that stands for a memfd: that of a shared
+/// mapping. Discarding drops the mapping's pages but keeps the file's
+/// bytes, so `MADV_DONTNEED` changes nothing here; `MADV_REMOVE` punches
+/// the file (zeros from then on); advice only private memory takes is
+/// refused as the kernel refuses it.
+unsafe fn advise_memfd(addr: usize, len: usize, advice: c_int) -> c_int {
+    match advice {
+        libc::MADV_DONTNEED | libc::MADV_DONTNEED_LOCKED => 0,
+        libc::MADV_REMOVE => {
+            runtime().discard(addr, len, true);
+            0
+        }
+        libc::MADV_FREE | libc::MADV_WIPEONFORK | libc::MADV_KEEPONFORK => {
+            set_errno(libc::EINVAL);
+            -1
+        }
+        libc::MADV_DONTFORK | libc::MADV_DOFORK => {
+            memfd::advise_fork(addr, len, advice == libc::MADV_DONTFORK);
+            0
+        }
+        // The hints, huge pages included, as for any tiered memory.
+        _ => {
+            let rt = runtime();
+            match advice {
+                libc::MADV_HUGEPAGE => rt.advise_huge(addr, len, true),
+                libc::MADV_NOHUGEPAGE => rt.advise_huge(addr, len, false),
+                _ => {}
+            }
+            0
+        }
+    }
 }
 
 /// # Safety
@@ -634,6 +781,12 @@ pub unsafe extern "C" fn mincore(addr: *mut c_void, len: usize, vec: *mut u8) ->
 /// its userfaultfd registration, so they go to the kernel unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
+    memfd::on_range_change(
+        addr as usize,
+        len,
+        "the program changed its protection",
+        false,
+    );
     let tiered = program_runtime().filter(|rt| rt.contains(addr as usize));
     let result = match tiered {
         Some(rt) => {

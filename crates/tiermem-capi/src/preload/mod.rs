@@ -14,6 +14,7 @@
 
 pub(crate) mod control;
 mod exit_stats;
+mod fd_escapes;
 pub(crate) mod fork;
 mod go_runtime;
 mod guard;
@@ -21,6 +22,7 @@ mod guard;
 mod ioctl;
 pub mod libc_heap;
 mod malloc;
+mod memfd;
 mod mlock;
 mod mmap;
 mod pinned_io;
@@ -73,6 +75,7 @@ extern "C" fn on_load() {
     // Before anything can call them from a signal handler (the C API's
     // signal delivery reads the store from inside SIGBUS handlers).
     pinned_io::resolve();
+    fd_escapes::resolve();
     if env(ENV_PRELOAD).as_deref() != Some("1") {
         STATE.store(OFF, Ordering::Release);
         return;

@@ -122,6 +122,7 @@ fn pinned_read(
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize {
     let real = next!(READ, c"read", ReadFn);
+    super::memfd::on_file_access(fd, "the program read the file through its descriptor");
     match pinning(fd, buf, count) {
         // SAFETY: the caller's own read.
         None => unsafe { real(fd, buf, count) },
@@ -135,6 +136,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isiz
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: usize, offset: i64) -> isize {
     let real = next!(PREAD, c"pread", PreadFn);
+    super::memfd::on_file_access(fd, "the program read the file through its descriptor");
     match pinning(fd, buf, count) {
         // SAFETY: the caller's own read.
         None => unsafe { real(fd, buf, count, offset) },
@@ -252,6 +254,7 @@ fn pinned_readv(
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, iovcnt: c_int) -> isize {
     let real = next!(READV, c"readv", ReadvFn);
+    super::memfd::on_file_access(fd, "the program read the file through its descriptor");
     let real_read = next!(READ, c"read", ReadFn);
     pinned_readv(
         fd,
@@ -275,6 +278,7 @@ pub unsafe extern "C" fn preadv2(
     flags: c_int,
 ) -> isize {
     let real = next!(PREADV2, c"preadv2", PreadvFn);
+    super::memfd::on_file_access(fd, "the program read the file through its descriptor");
     // -1: the file's own position, as read(2).
     let at = |done: usize| {
         if offset == -1 {

@@ -3,7 +3,7 @@
 
 use std::ffi::c_long;
 
-use super::{fork, guard, set_errno};
+use super::{fork, guard, memfd, set_errno};
 
 /// `syscall(2)`. Two kinds of call need tiermem:
 /// - the forks it can make that run no atfork handlers: `SYS_fork`, and
@@ -45,6 +45,11 @@ pub unsafe extern "C" fn syscall(
     };
     if matches!(n, libc::SYS_io_uring_setup | libc::SYS_io_setup) && !guard::inside() {
         tiermem_core::expect_async_io();
+    }
+    if n == libc::SYS_memfd_create {
+        let fd = call();
+        memfd::on_create(fd as std::ffi::c_int, a2 as u32);
+        return fd;
     }
     match fork::copies_memory(n, a1, a2) {
         true => fork::with_fork_handlers(call),

@@ -100,6 +100,16 @@ pub struct RunArgs {
     #[arg(long)]
     pub(super) no_inherit: bool,
 
+    /// Leave every memfd to the kernel. By default a memfd CMD creates
+    /// close-on-exec and maps shared and read-write (QEMU's
+    /// memory-backend-memfd guest RAM) is tiered while its descriptor
+    /// stays in CMD's hands, and moves into the file, untiered, the moment
+    /// the descriptor is read, written, duplicated or sent, the file is
+    /// mapped again, or a child forks with the mapping (said on stderr).
+    /// Sets TIERMEM_MEMFD=off.
+    #[arg(long)]
+    pub(super) untiered_memfd: bool,
+
     /// Encrypt every page on its way to the backing store (AES-256-GCM,
     /// with a random key per process, locked in DRAM and never written
     /// anywhere), so the store never holds the program's memory in the

@@ -179,6 +179,7 @@ mod tests {
             stats: false,
             stats_file: None,
             no_inherit: false,
+            untiered_memfd: false,
             encrypt: false,
             cpus: None,
             organization: OrganizationArgs {

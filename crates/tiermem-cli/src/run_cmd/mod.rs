@@ -22,6 +22,7 @@ const ENV_STATS_FILE: &str = "TIERMEM_STATS_FILE";
 /// Tells the library which process `tiermem run` started (see `--stats-file`).
 const ENV_STATS_OWNER: &str = "TIERMEM_STATS_OWNER";
 const ENV_NO_INHERIT: &str = "TIERMEM_NO_INHERIT";
+const ENV_MEMFD: &str = "TIERMEM_MEMFD";
 
 mod args;
 mod child;
@@ -108,6 +109,9 @@ fn run_inner(args: &RunArgs) -> Result<i32, Stop> {
     }
     if args.no_inherit {
         cmd.env(ENV_NO_INHERIT, "1");
+    }
+    if args.untiered_memfd {
+        cmd.env(ENV_MEMFD, "off");
     }
     if let Some(value) = godebug(std::env::var_os(ENV_GODEBUG).as_deref()) {
         cmd.env(ENV_GODEBUG, value);

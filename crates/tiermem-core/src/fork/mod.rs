@@ -84,6 +84,12 @@ pub(crate) fn unregister(shared: &Arc<Shared>) {
     }
 }
 
+/// Holds forks off (their prepare handlers wait for this) for as long as
+/// the guard lives: a drain of shared memory pauses the runtime itself.
+pub(crate) fn hold_off_forks() -> MutexGuard<'static, Vec<Arc<Shared>>> {
+    live()
+}
+
 fn live() -> MutexGuard<'static, Vec<Arc<Shared>>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }

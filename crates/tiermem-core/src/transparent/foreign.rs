@@ -81,7 +81,7 @@ impl Runtime {
     /// Moves one page to `Foreign` with its bytes mapped where they are:
     /// a page in the store, compressed or on probation is brought back
     /// first (the evictor may take it again meanwhile: then once more).
-    fn keep_in_place_as_foreign(&self, page: PageNo) -> Result<()> {
+    pub(super) fn keep_in_place_as_foreign(&self, page: PageNo) -> Result<()> {
         let rt = self.shared();
         loop {
             let s = rt.table.load(page);
@@ -224,7 +224,7 @@ fn populate_read(addr: usize, len: usize) -> Result<()> {
 
 /// Removes `pages` from the list of foreign ranges, splitting a range that
 /// holds them in its middle.
-fn cut_out(ranges: &mut Vec<Range<PageNo>>, pages: Range<PageNo>) {
+pub(super) fn cut_out(ranges: &mut Vec<Range<PageNo>>, pages: Range<PageNo>) {
     let mut kept = Vec::with_capacity(ranges.len() + 1);
     for r in ranges.drain(..) {
         if r.end <= pages.start || r.start >= pages.end {
