@@ -19,11 +19,17 @@
  *                 it changes nothing
  *   mmap2         the file is mapped a second time: both views show the
  *                 same bytes, and a write through one shows in the other
- *   punch         a page is punched out (fallocate): it reads zeros
+ *   punch         a page is punched out (fallocate): it reads zeros, and
+ *                 the mapping stays tiered until the file is read back
  *   munmap        the mapping goes while the descriptor is open: mapped
  *                 again, the file shows every byte
  *   close-munmap  the descriptor is closed, then the mapping goes: the
  *                 memory is gone, and a new memfd is tiered again
+ *   lost          under TIERMEM_INJECT_FAULTS=read:1- every page read back
+ *                 from the store is lost (SIGBUS, caught); the file is then
+ *                 read: lost pages are zeros in the mapping and the file,
+ *                 the others keep their stamp (without the variable, no
+ *                 page may be lost)
  *
  * 1. memfd_create(MFD_CLOEXEC), ftruncate to 64 MiB, sealed as QEMU seals
  *    it, mapped MAP_FIXED into a PROT_NONE reservation; every byte of it
@@ -39,6 +45,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -307,12 +315,75 @@ static int unmap_modes(int fd) {
     return 0;
 }
 
+static sigjmp_buf bus_jump;
+
+static void on_sigbus(int sig) {
+    (void)sig;
+    siglongjmp(bus_jump, 1);
+}
+
+/* Whether page `page` of `view` reads its stamp; false (and lost) if
+ * reading it raised SIGBUS. */
+static int stamped_or_lost(const uint8_t *view, size_t page, int *lost) {
+    *lost = 0;
+    if (sigsetjmp(bus_jump, 1)) {
+        *lost = 1;
+        return 0;
+    }
+    return page_is(view + page * PAGE, page, 0);
+}
+
+/* The lost mode: pages lost to read errors, then the file shown. */
+static int lost_mode(int fd) {
+    if (strcmp(mode, "lost")) return 0;
+    int expect_losses = getenv("TIERMEM_INJECT_FAULTS") != NULL;
+    struct sigaction sa = {.sa_handler = on_sigbus};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, NULL)) fail("sigaction");
+    static uint8_t lost[PAGES];
+    size_t losses = 0;
+    for (size_t page = 0; page < PAGES; page++) {
+        int gone;
+        if (stamped_or_lost(map, page, &gone)) continue;
+        if (!gone) fail("a page reads wrong bytes");
+        lost[page] = 1;
+        losses++;
+    }
+    if (expect_losses != (losses > 0)) {
+        printf("FAIL lost: %zu pages lost, %s expected\n", losses, expect_losses ? "some" : "none");
+        exit(1);
+    }
+    uint8_t *copy = malloc(SIZE);
+    if (!copy) fail("malloc");
+    for (size_t done = 0; done < SIZE;) {
+        ssize_t n = pread(fd, copy + done, SIZE - done, done);
+        if (n <= 0) fail("pread of the file");
+        done += n;
+    }
+    for (size_t page = 0; page < PAGES; page++) {
+        const uint8_t *views[2] = {map + page * PAGE, copy + page * PAGE};
+        for (int v = 0; v < 2; v++) {
+            int ok = lost[page] ? views[v][0] == 0 && !memcmp(views[v], views[v] + 1, PAGE - 1)
+                                : page_is(views[v], page, 0);
+            if (!ok) {
+                printf("FAIL lost: page %zu (%s) reads wrong through the %s\n", page,
+                       lost[page] ? "lost" : "kept", v ? "file" : "mapping");
+                exit(1);
+            }
+        }
+    }
+    printf("OK lost: %zu of %lu pages lost, zeros in the mapping and the file; the rest kept\n",
+           losses, PAGES);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     mode = argc > 1 ? argv[1] : "none";
     int fd = new_memfd();
     map = map_memfd(fd);
     if (!strcmp(mode, "fork-dontfork") && madvise(map, SIZE, MADV_DONTFORK)) fail("MADV_DONTFORK");
     for (size_t page = 0; page < PAGES; page++) fill_page(map + page * PAGE, page, 0);
+    if (lost_mode(fd)) return 0;
     verify(map, "the mapping, stamped", 0);
     if (unmap_modes(fd)) return 0;
     int special, check_file;

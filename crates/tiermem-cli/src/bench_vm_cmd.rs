@@ -8,7 +8,7 @@ use tiermem_core::settings;
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
 use tiermem_bench::result::Mode;
-use tiermem_bench::vm::guest::Order;
+use tiermem_bench::vm::guest::{GuestRam, Order};
 use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 
 /// Virtual machines by class of memory: Gold, Silver and Bronze guests
@@ -80,6 +80,7 @@ use tiermem_bench::vm::{self, AccelChoice, Class, Settings};
 ///   tiermem bench-vm --guest-mem 512M --classes bronze --modes tiermem
 ///   tiermem bench-vm --accel tcg --json > vm.json
 ///   tiermem bench-vm --order loop
+///   tiermem bench-vm --ram memfd --classes silver,bronze
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct BenchVmArgs {
@@ -99,6 +100,13 @@ pub struct BenchVmArgs {
     /// drawn at random with replacement).
     #[arg(long, value_enum, default_value = "shuffle")]
     order: OrderArg,
+    /// Where QEMU keeps guest RAM: anonymous (QEMU's default, private
+    /// memory) or memfd (`-object memory-backend-memfd,share=on`, as for
+    /// a vhost-user device; none is attached). Under tiermem a memfd that
+    /// QEMU keeps to itself is tiered like anonymous RAM; under kernel swap
+    /// it is shared memory, swapped from the same cgroup.
+    #[arg(long, value_enum, default_value = "anonymous")]
+    ram: RamArg,
     /// Comma-separated classes, in the order run: gold, silver, bronze.
     #[arg(long, value_delimiter = ',', default_value = "gold,silver,bronze")]
     classes: Vec<String>,
@@ -134,6 +142,12 @@ enum OrderArg {
     Loop,
     Stride,
     Uniform,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RamArg {
+    Anonymous,
+    Memfd,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -175,6 +189,10 @@ pub fn run(args: &BenchVmArgs) -> anyhow::Result<i32> {
             OrderArg::Loop => Order::Loop,
             OrderArg::Stride => Order::Stride,
             OrderArg::Uniform => Order::Uniform,
+        },
+        ram: match args.ram {
+            RamArg::Anonymous => GuestRam::Anonymous,
+            RamArg::Memfd => GuestRam::Memfd,
         },
         classes,
         modes: args.modes.clone(),

@@ -697,7 +697,9 @@ fn shared_memory_mapped_into_a_reservation_keeps_every_byte_and_is_said() {
 /// threads rewriting pages all along): every byte of every page reads its
 /// last write afterwards, through the mapping and the descriptor, for each
 /// way the file is shown (read, written, duplicated, sent over a socket,
-/// shared by a forked child, mapped again, punched, unmapped). A mapping
+/// shared by a forked child, mapped again, unmapped). A hole punched in
+/// the file (`fallocate`, as a balloon driver returns guest pages) reads as
+/// zeros with no drain. A mapping
 /// nobody sees (also through a fork after `MADV_DONTFORK`, or after the
 /// program closed its descriptor) stays tiered and nothing is said. The
 /// store-only tier makes every run page the mapping out.
@@ -716,7 +718,9 @@ fn a_memfd_is_tiered_until_its_file_is_shown_and_keeps_every_byte() {
         ),
         ("fork", "the program forked a child that shares it"),
         ("mmap2", "the memfd was mapped once more"),
-        ("punch", "the program allocated or punched its file"),
+        // The hole is zeros in the tiered mapping: the file is drained
+        // only when the program reads it back afterwards.
+        ("punch", "the program read the file through its descriptor"),
         ("munmap", "the program unmapped it"),
     ];
     for (mode, why) in drained {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tiermem_bench::vm::guest::{self, Accel, Event, GuestSpec, Order};
+use tiermem_bench::vm::guest::{self, Accel, Event, GuestRam, GuestSpec, Order};
 use tiermem_bench::vm::initramfs::GuestImage;
 
 #[path = "../../../tests/support/libtiermem.rs"]
@@ -130,6 +130,7 @@ fn a_qemu_guest_runs_tiered_within_budget_and_every_page_survives() {
         passes: 3,
         order: Order::Shuffle,
         accel,
+        ram: GuestRam::Anonymous,
     };
     let qemu_cmd = guest::qemu_command(qemu, &image, &spec);
     let mut cmd = Command::new(TIERMEM);
@@ -252,14 +253,13 @@ fn a_qemu_guest_in_shared_memory_is_tiered_within_budget() {
         passes: 1,
         order: Order::Shuffle,
         accel,
+        ram: GuestRam::Memfd,
     };
     let qemu_cmd = guest::qemu_command(qemu, &image, &spec);
     let mut cmd = Command::new(TIERMEM);
     cmd.args(["run", "--dram", &MEMFD_BUDGET.to_string(), "--"])
         .arg(qemu_cmd.get_program())
         .args(qemu_cmd.get_args())
-        .args(["-object", "memory-backend-memfd,id=ram0,size=256M,share=on"])
-        .args(["-machine", "memory-backend=ram0"])
         .env("TIERMEM_LIB", support::libtiermem())
         .process_group(0);
     let mut group = Group(0);

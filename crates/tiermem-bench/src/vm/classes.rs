@@ -35,6 +35,7 @@ pub fn run(settings: Settings) -> anyhow::Result<i32> {
         passes: settings.passes,
         order: settings.order,
         accel,
+        ram: settings.ram,
     };
     let mut runs = Vec::new();
     for (i, &class) in settings.classes.iter().enumerate() {

@@ -69,6 +69,27 @@ impl Order {
     }
 }
 
+/// Where QEMU keeps guest RAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GuestRam {
+    /// QEMU's default: private anonymous memory.
+    Anonymous,
+    /// `memory-backend-memfd,share=on`: a memfd mapped shared, as for a
+    /// vhost-user device (none is attached here).
+    Memfd,
+}
+
+impl GuestRam {
+    /// The name `--ram` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            GuestRam::Anonymous => "anonymous",
+            GuestRam::Memfd => "memfd",
+        }
+    }
+}
+
 /// What to boot.
 #[derive(Clone, Debug, Serialize)]
 pub struct GuestSpec {
@@ -82,6 +103,8 @@ pub struct GuestSpec {
     pub order: Order,
     /// KVM or TCG.
     pub accel: Accel,
+    /// Where guest RAM lives.
+    pub ram: GuestRam,
 }
 
 /// The QEMU command line for `spec`: no devices but the serial console
@@ -104,6 +127,14 @@ pub fn qemu_command(qemu: &Path, image: &GuestImage, spec: &GuestSpec) -> Comman
             spec.passes,
             spec.order.name()
         ));
+    if spec.ram == GuestRam::Memfd {
+        let size = spec.mem_bytes >> 20;
+        cmd.args([
+            "-object",
+            &format!("memory-backend-memfd,id=ram0,size={size}M,share=on"),
+        ])
+        .args(["-machine", "memory-backend=ram0"]);
+    }
     cmd
 }
 
@@ -128,6 +159,7 @@ pub fn kvm_boots(
         passes: 0,
         order: Order::Shuffle,
         accel: Accel::Kvm,
+        ram: GuestRam::Anonymous,
     };
     let run = run(qemu_command(qemu, image, &probe), within, |_, _| {})?;
     Ok(match run.verified() {

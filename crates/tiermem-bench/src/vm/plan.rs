@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::guest::Order;
+use super::guest::{GuestRam, Order};
 use crate::result::Mode;
 
 /// A class of service: the share of guest RAM kept in DRAM.
@@ -74,6 +74,8 @@ pub struct Settings {
     pub passes: u32,
     /// The walker's order of visits.
     pub order: Order,
+    /// Where QEMU keeps guest RAM.
+    pub ram: GuestRam,
     /// Classes, in order.
     pub classes: Vec<Class>,
     /// `Mode::Tiermem` and/or `Mode::KernelSwap`.

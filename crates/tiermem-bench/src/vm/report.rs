@@ -71,8 +71,9 @@ pub(super) fn print(s: &Settings, o: &Outcome) -> anyhow::Result<()> {
 
 fn table(s: &Settings, o: &Outcome) -> String {
     let mut t = format!(
-        "guests: {} of RAM, walker {} with {} checking pass(es) in {} order, {} ({}), kernel {}\n\n",
+        "guests: {} of {} RAM, walker {} with {} checking pass(es) in {} order, {} ({}), kernel {}\n\n",
         human_bytes(s.guest_mem),
+        s.ram.name(),
         human_bytes(s.walker_mem),
         s.passes,
         s.order.name(),
@@ -306,7 +307,7 @@ fn verdict(met: bool) -> &'static str {
 mod tests {
     use super::*;
     use crate::kernel_swap::CgroupStats;
-    use crate::vm::guest::{Accel, GuestSpec, Order, Pass};
+    use crate::vm::guest::{Accel, GuestRam, GuestSpec, Order, Pass};
     use crate::vm::outcome::CheckingCounters;
 
     fn guest(pages_per_second: f64) -> GuestRun {
@@ -391,6 +392,7 @@ mod tests {
                 walker_bytes: 768 << 20,
                 passes: 1,
                 order: Order::Shuffle,
+                ram: GuestRam::Anonymous,
                 accel: Accel::Tcg,
             },
             kernel: "/boot/vmlinuz".into(),

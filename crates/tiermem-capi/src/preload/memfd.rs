@@ -14,8 +14,9 @@
 //! file there: from then on the mapping is the kernel's shared memory,
 //! untiered, and said on stderr. Each such moment is an interposed call
 //! (`fd_escapes`, the `mmap` family, `fork`):
-//! - the descriptor read, written, resized, hole-punched, spliced, sent
-//!   (`sendmsg` with `SCM_RIGHTS`), duplicated, or made inheritable;
+//! - the descriptor read, written, resized, allocated, spliced, sent
+//!   (`sendmsg` with `SCM_RIGHTS`), duplicated, or made inheritable (a hole
+//!   punched in the file is zeros in the mapping: no drain, see [`punch`]);
 //! - the file mapped once more;
 //! - the range unmapped, moved or reprotected while a descriptor is open;
 //! - a fork whose child gets the range (no `MADV_DONTFORK` over it).
@@ -219,6 +220,32 @@ pub(super) fn on_file_access(fd: c_int, why: &str) {
     let _inside = Guard::enter();
     let gone = take_where(|m| m.fd == fd && m.mapping.is_some());
     drain_all(gone, why);
+}
+
+/// A hole punched in `fd` over `[at, at+len)`: when `fd` is a tiered memfd,
+/// the matching part of its mapping reads zeros from now on (partial pages
+/// zeroed in part, as the kernel zeroes them) and the call needs no drain.
+/// False for any other descriptor, or a range that does not fit the file.
+pub(super) fn punch(fd: c_int, at: i64, len: i64) -> bool {
+    if !any() || fd < 0 || inside() || at < 0 || len <= 0 {
+        return false;
+    }
+    let _inside = Guard::enter();
+    let Some(p) = table().iter().find(|m| m.fd == fd).and_then(|m| m.mapping) else {
+        return false;
+    };
+    // The part of [at, at+len) the mapping shows; the rest of the file
+    // beyond it is holes already, and stays so.
+    let (from, to) = (
+        at.max(p.offset),
+        at.saturating_add(len).min(p.offset + p.len as i64),
+    );
+    if from < to {
+        let addr = p.addr + (from - p.offset) as usize;
+        // SAFETY: the program's own tiered memory, standing for the file.
+        unsafe { runtime().discard(addr, (to - from) as usize, true) };
+    }
+    true
 }
 
 /// `[addr, addr+len)` is unmapped, moved or reprotected: a tiered memfd

@@ -79,12 +79,13 @@ impl Runtime {
         let pages = rt.pages_in(addr, len);
         lock(&rt.lazy).claim(pages.start as u64, (pages.end - pages.start) as u64);
         // Stage 1, while the program runs.
-        self.gather(pages.clone(), false)?;
+        let mut lost = Vec::new();
+        self.gather(pages.clone(), false, &mut lost)?;
         // Stage 2: forks and the runtime's threads wait.
         let forks_held = crate::fork::hold_off_forks();
         rt.pause
             .pause_all(rt.fault_threads() + 1, || rt.kick_evictor());
-        let drained = self.drain_paused(addr, len, pages, fd, offset);
+        let drained = self.drain_paused(addr, len, pages, fd, offset, &mut lost);
         rt.pause.resume();
         drop(forks_held);
         drained
@@ -98,10 +99,21 @@ impl Runtime {
         pages: Range<PageNo>,
         fd: RawFd,
         offset: i64,
+        lost: &mut Vec<PageNo>,
     ) -> Result<Drained> {
         let rt = self.shared();
-        let lost = self.gather(pages.clone(), true)?;
-        let drained = move_into_file(addr, len, fd, offset);
+        self.gather(pages.clone(), true, lost)?;
+        // A lost page's poison marker moves with the page tables: reading
+        // it in the stash would raise SIGBUS. It stays a hole (zeros).
+        let mut skip: Vec<usize> = lost
+            .iter()
+            .flat_map(|&p| {
+                let at = rt.page_addr(p) - addr;
+                (0..rt.page_size).step_by(4096).map(move |k| at + k)
+            })
+            .collect();
+        skip.sort_unstable();
+        let drained = move_into_file(addr, len, fd, offset, &skip);
         if drained.is_err() {
             // The bytes stayed in the range (or went back there): it is the
             // program's memory now, untiered, and no fault of it may reach
@@ -115,34 +127,36 @@ impl Runtime {
         let written = drained?;
         Ok(Drained {
             pages_written: written,
-            pages_lost: lost,
+            pages_lost: lost.len() as u64,
         })
     }
 
     /// Stage 1 (or 3, `paused`): every page of `pages` whose bytes are not
     /// in place is read back, and every page with bytes in place becomes
     /// `Foreign`, write protection lifted. Paused, pages without bytes
-    /// become `Foreign` too. Returns how many pages were lost already.
-    fn gather(&self, pages: Range<PageNo>, paused: bool) -> Result<u64> {
+    /// become `Foreign` too. Pages lost already (to a failed store read)
+    /// are added to `lost`.
+    fn gather(&self, pages: Range<PageNo>, paused: bool, lost: &mut Vec<PageNo>) -> Result<()> {
         let rt = self.shared();
-        let mut lost = 0;
         for page in pages {
             let kind = rt.table.load(page).kind();
             match kind {
                 Kind::Foreign => continue,
                 Kind::Free | Kind::Zero if !paused => continue,
-                Kind::Poisoned => lost += 1,
                 _ => {}
             }
-            self.keep_in_place_as_foreign(page)?;
-            if matches!(kind, Kind::Free | Kind::Zero | Kind::Poisoned) {
+            if self.keep_in_place_as_foreign(page)? {
+                lost.push(page);
+                continue;
+            }
+            if matches!(kind, Kind::Free | Kind::Zero) {
                 continue;
             }
             // A clean page is write-protected for dirty tracking; it is the
             // program's now, and its writes must not fault.
             let _ = rt.uffd.unprotect_quietly(rt.page_addr(page), rt.page_size);
         }
-        Ok(lost)
+        Ok(())
     }
 }
 
@@ -152,10 +166,16 @@ impl Runtime {
 ///
 /// # Safety
 /// As for [`Runtime::drain_into_file`], with the runtime paused.
-unsafe fn move_into_file(addr: usize, len: usize, fd: RawFd, offset: i64) -> Result<u64> {
+unsafe fn move_into_file(
+    addr: usize,
+    len: usize,
+    fd: RawFd,
+    offset: i64,
+    skip: &[usize],
+) -> Result<u64> {
     let stash = stash_range(addr, len)?;
     let mut released = 0;
-    let copied = copy_into_file(stash, len, fd, offset, &mut released);
+    let copied = copy_into_file(stash, len, fd, offset, skip, &mut released);
     match copied.and_then(|written| map_file_over(addr, len, fd, offset).map(|()| written)) {
         Ok(written) => {
             let _ = raw::munmap(stash, len);
@@ -184,7 +204,8 @@ unsafe fn stash_range(addr: usize, len: usize) -> Result<usize> {
 }
 
 /// Stage 5: writes every page of the stash that is not all zeros into
-/// `fd` at `offset` onwards, releasing the stash as it goes. Returns how
+/// `fd` at `offset` onwards, but the pages at the (ascending) offsets
+/// `skip`, releasing the stash as it goes. Returns how
 /// many pages were written; `released` tells how much of the stash (from
 /// its start) is in the file only.
 ///
@@ -195,6 +216,7 @@ unsafe fn copy_into_file(
     len: usize,
     fd: RawFd,
     offset: i64,
+    skip: &[usize],
     released: &mut usize,
 ) -> Result<u64> {
     const PAGE: usize = 4096;
@@ -203,8 +225,11 @@ unsafe fn copy_into_file(
         let end = (chunk + COPY_CHUNK).min(len);
         let mut run: Option<usize> = None;
         for at in (chunk..end).step_by(PAGE).chain(std::iter::once(end)) {
-            // SAFETY: every page of the stash is mapped and readable.
-            let zero = at == end || is_zero(unsafe { page_bytes(stash + at, PAGE) });
+            // SAFETY: every page of the stash but the skipped ones is
+            // mapped and readable.
+            let zero = at == end
+                || skip.binary_search(&at).is_ok()
+                || is_zero(unsafe { page_bytes(stash + at, PAGE) });
             match (run, zero) {
                 (None, false) => run = Some(at),
                 (Some(from), true) => {

@@ -81,7 +81,9 @@ impl Runtime {
     /// Moves one page to `Foreign` with its bytes mapped where they are:
     /// a page in the store, compressed or on probation is brought back
     /// first (the evictor may take it again meanwhile: then once more).
-    pub(super) fn keep_in_place_as_foreign(&self, page: PageNo) -> Result<()> {
+    /// Returns whether the page was lost (to a read error, before or while
+    /// it was brought back): it keeps its poison marker.
+    pub(super) fn keep_in_place_as_foreign(&self, page: PageNo) -> Result<bool> {
         let rt = self.shared();
         loop {
             let s = rt.table.load(page);
@@ -89,7 +91,7 @@ impl Runtime {
                 .with_queued(s.is_queued())
                 .with_kind(Kind::Foreign);
             match s.kind() {
-                Kind::Foreign => return Ok(()),
+                Kind::Foreign => return Ok(false),
                 // Nothing mapped (zeros), or mapped and current: the kernel
                 // keeps what it maps. A lost page keeps its poison marker.
                 Kind::Free | Kind::Zero | Kind::Resident | Kind::Poisoned => {
@@ -99,10 +101,20 @@ impl Runtime {
                     if s.kind() != Kind::Free && rt.let_go(page, s, Kind::Foreign) {
                         rt.slots().uncommit(1);
                     }
-                    return Ok(());
+                    return Ok(s.kind() == Kind::Poisoned);
                 }
                 Kind::Loading | Kind::Evicting => backoff(),
-                _ => populate_read(rt.page_addr(page), rt.page_size)?,
+                _ => {
+                    if let Err(e) = populate_read(rt.page_addr(page), rt.page_size) {
+                        // A read that failed twice poisoned the page (the
+                        // populate gets EFAULT): the next turn takes it as
+                        // lost. Anything else is the kernel's refusal.
+                        if rt.table.load(page).kind() != Kind::Poisoned && e.errno() != libc::EINTR
+                        {
+                            return Err(e);
+                        }
+                    }
+                }
             }
         }
     }
