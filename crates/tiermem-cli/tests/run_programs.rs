@@ -701,8 +701,10 @@ fn shared_memory_mapped_into_a_reservation_keeps_every_byte_and_is_said() {
 /// the file (`fallocate`, as a balloon driver returns guest pages) reads as
 /// zeros with no drain. A mapping
 /// nobody sees (also through a fork after `MADV_DONTFORK`, or after the
-/// program closed its descriptor) stays tiered and nothing is said. The
-/// store-only tier makes every run page the mapping out.
+/// program closed its descriptor) stays tiered and nothing is said. Pages
+/// lost to read errors before a drain are holes in the file, said, and the
+/// drain moves the rest. The store-only tier makes every run page the
+/// mapping out.
 #[test]
 fn a_memfd_is_tiered_until_its_file_is_shown_and_keeps_every_byte() {
     let drained = [
@@ -738,6 +740,25 @@ fn a_memfd_is_tiered_until_its_file_is_shown_and_keeps_every_byte() {
         );
         assert!(!stderr.contains("could not move"), "{mode}:\n{stderr}");
     }
+    // Every store read fails: the pages the program reads back are lost
+    // (SIGBUS, which it catches); the drain leaves them holes, zeros in
+    // the file and the mapping, and moves the rest.
+    let mut failing = STORE_ONLY.to_vec();
+    failing.push(("TIERMEM_INJECT_FAULTS", "read:1-"));
+    let stderr = c_program_env("preload_memfd", "16M", &[], &failing, &|_| {
+        vec!["lost".into()]
+    });
+    assert!(
+        stderr.contains(
+            "pages of it had been lost to read errors before, and read as zeros in the file"
+        ),
+        "lost: the lost pages are said:\n{}",
+        stderr
+            .lines()
+            .filter(|l| !l.contains("reading the page at"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     for mode in ["none", "fork-dontfork", "close-munmap"] {
         let stderr = c_program_env("preload_memfd", "16M", &[], STORE_ONLY, &|_| {
             vec![mode.into()]
