@@ -83,6 +83,21 @@ fn sample_peak(pid: u32, stop: Arc<AtomicBool>, peak: Arc<AtomicU64>) {
     }
 }
 
+/// QEMU's sampled peak resident memory, which must be within `budget` plus
+/// the overhead.
+fn assert_peak_within(peak: &AtomicU64, budget: u64, context: &str) -> u64 {
+    let peak = peak.load(Ordering::Relaxed);
+    assert!(peak > 0, "QEMU's resident memory was never sampled");
+    assert!(
+        peak <= budget + OVERHEAD,
+        "QEMU's peak resident memory {} MiB exceeds the {} MiB budget + {} MiB; {context}",
+        peak / MIB,
+        budget / MIB,
+        OVERHEAD / MIB
+    );
+    peak
+}
+
 fn ctl(args: &[&str]) -> std::process::Output {
     Command::new("timeout")
         .args(["-k", "5", "30", TIERMEM, "ctl"])
@@ -204,15 +219,7 @@ fn a_qemu_guest_runs_tiered_within_budget_and_every_page_survives() {
         "tiermem ctl budget: {}",
         String::from_utf8_lossy(&changed.stderr)
     );
-    let peak = peak.load(Ordering::Relaxed);
-    assert!(peak > 0, "QEMU's resident memory was never sampled");
-    assert!(
-        peak <= BUDGET + OVERHEAD,
-        "QEMU's peak resident memory {} MiB exceeds the {} MiB budget + {} MiB; {context}",
-        peak / MIB,
-        BUDGET / MIB,
-        OVERHEAD / MIB
-    );
+    let peak = assert_peak_within(&peak, BUDGET, &context);
     let after = rss_after_change.expect("QEMU's resident memory after the change");
     assert!(
         after <= LOWER_BUDGET + OVERHEAD,
@@ -300,15 +307,7 @@ fn a_qemu_guest_in_shared_memory_is_tiered_within_budget() {
             .all(|n| !n.contains("does not tier") && !n.contains("left tiering")),
         "guest RAM in a memfd must be tiered from start to end; {context}"
     );
-    let peak = peak.load(Ordering::Relaxed);
-    assert!(peak > 0, "QEMU's resident memory was never sampled");
-    assert!(
-        peak <= MEMFD_BUDGET + OVERHEAD,
-        "QEMU's peak resident memory {} MiB exceeds the {} MiB budget + {} MiB; {context}",
-        peak / MIB,
-        MEMFD_BUDGET / MIB,
-        OVERHEAD / MIB
-    );
+    let peak = assert_peak_within(&peak, MEMFD_BUDGET, &context);
     eprintln!(
         "vm_guest: memfd guest RAM, {}: peak resident {} MiB under a {} MiB budget, {:.0} pages/s, {:.1} s in all",
         accel.name(),

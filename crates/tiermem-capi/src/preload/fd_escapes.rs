@@ -440,6 +440,27 @@ unsafe fn escape_passed_fds(msg: &libc::msghdr) {
     }
 }
 
+/// `copy_file_range(2)` and `splice(2)`, which take the same arguments.
+type CopyFn = unsafe extern "C" fn(c_int, *mut i64, c_int, *mut i64, usize, c_uint) -> isize;
+
+/// A copy between two descriptors: both files are accessed.
+///
+/// # Safety
+/// `real` is glibc's function, called with the caller's own arguments.
+unsafe fn copy_between(
+    real: CopyFn,
+    why: [&str; 2],
+    (fd_in, off_in): (c_int, *mut i64),
+    (fd_out, off_out): (c_int, *mut i64),
+    len: usize,
+    flags: c_uint,
+) -> isize {
+    on_file_access(fd_in, why[0]);
+    on_file_access(fd_out, why[1]);
+    // SAFETY: as the caller promises.
+    unsafe { real(fd_in, off_in, fd_out, off_out, len, flags) }
+}
+
 /// # Safety
 /// The C contract of copy_file_range(2).
 #[no_mangle]
@@ -451,15 +472,13 @@ pub unsafe extern "C" fn copy_file_range(
     len: usize,
     flags: c_uint,
 ) -> isize {
-    let real = real!(
-        COPY_FILE_RANGE,
-        c"copy_file_range",
-        unsafe extern "C" fn(c_int, *mut i64, c_int, *mut i64, usize, c_uint) -> isize
-    );
-    on_file_access(fd_in, "the program copied its file");
-    on_file_access(fd_out, "the program copied into its file");
+    let real = real!(COPY_FILE_RANGE, c"copy_file_range", CopyFn);
+    let why = [
+        "the program copied its file",
+        "the program copied into its file",
+    ];
     // SAFETY: the caller's own call.
-    unsafe { real(fd_in, off_in, fd_out, off_out, len, flags) }
+    unsafe { copy_between(real, why, (fd_in, off_in), (fd_out, off_out), len, flags) }
 }
 
 /// # Safety
@@ -473,15 +492,13 @@ pub unsafe extern "C" fn splice(
     len: usize,
     flags: c_uint,
 ) -> isize {
-    let real = real!(
-        SPLICE,
-        c"splice",
-        unsafe extern "C" fn(c_int, *mut i64, c_int, *mut i64, usize, c_uint) -> isize
-    );
-    on_file_access(fd_in, "the program spliced its file");
-    on_file_access(fd_out, "the program spliced into its file");
+    let real = real!(SPLICE, c"splice", CopyFn);
+    let why = [
+        "the program spliced its file",
+        "the program spliced into its file",
+    ];
     // SAFETY: the caller's own call.
-    unsafe { real(fd_in, off_in, fd_out, off_out, len, flags) }
+    unsafe { copy_between(real, why, (fd_in, off_in), (fd_out, off_out), len, flags) }
 }
 
 /// # Safety

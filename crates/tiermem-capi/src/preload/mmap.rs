@@ -82,7 +82,15 @@ pub unsafe extern "C" fn mmap(
     let fixed = flags & libc::MAP_FIXED != 0;
     let mut said = false;
     if active() && !inside() && flags & libc::MAP_ANONYMOUS == 0 && memfd::any() {
-        match map_memfd(addr as usize, len, prot, flags, fd, offset) {
+        let request = FileMap {
+            addr: addr as usize,
+            len,
+            prot,
+            flags,
+            fd,
+            offset,
+        };
+        match map_memfd(&request) {
             Memfd::Tiered(p) => return p,
             Memfd::Untiered { reason_said } => said = reason_said,
         }
@@ -114,6 +122,17 @@ pub unsafe extern "C" fn mmap(
     }
 }
 
+/// An `mmap` of a file, as the program asked for it.
+#[derive(Clone, Copy)]
+struct FileMap {
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+}
+
 /// What became of a file mapping of a followed memfd (see `memfd`).
 enum Memfd {
     Tiered(*mut c_void),
@@ -126,17 +145,11 @@ enum Memfd {
 /// A mapping of `fd` when memfds are followed: tiered memory standing for
 /// the memfd when it may be, else the memfd is followed no more (its tiered
 /// mapping drained first, if it has one) and the kernel maps it.
-unsafe fn map_memfd(
-    addr: usize,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    offset: libc::off_t,
-) -> Memfd {
-    match memfd::why_not_tiered(len, prot, flags, fd, offset) {
+unsafe fn map_memfd(m: &FileMap) -> Memfd {
+    let (len, fd) = (m.len, m.fd);
+    match memfd::why_not_tiered(len, m.prot, m.flags, fd, m.offset) {
         Ok(()) => {
-            if let Some(p) = tier_memfd(addr, len, prot, flags, fd, offset) {
+            if let Some(p) = tier_memfd(m) {
                 return Memfd::Tiered(p);
             }
             memfd::on_escape(fd, "the memfd was mapped where tiermem cannot tier it");
@@ -166,14 +179,15 @@ unsafe fn map_memfd(
 /// `addr` (`MAP_FIXED`) in the lazily committed zone. The kernel maps the
 /// file once first, so that a mapping it would refuse is refused with its
 /// error. `None` where tiermem cannot place it.
-unsafe fn tier_memfd(
-    addr: usize,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    offset: libc::off_t,
-) -> Option<*mut c_void> {
+unsafe fn tier_memfd(m: &FileMap) -> Option<*mut c_void> {
+    let FileMap {
+        addr,
+        len,
+        prot,
+        flags,
+        fd,
+        offset,
+    } = *m;
     let fixed = flags & libc::MAP_FIXED != 0;
     let span = len.next_multiple_of(BASE_PAGE);
     if fixed && (!addr.is_multiple_of(BASE_PAGE) || !runtime().is_lazy_range(addr, span)) {
