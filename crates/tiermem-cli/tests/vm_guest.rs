@@ -83,6 +83,15 @@ fn sample_peak(pid: u32, stop: Arc<AtomicBool>, peak: Arc<AtomicU64>) {
     }
 }
 
+/// Finds QEMU under `tiermem run` (`pid`) and samples its peak resident
+/// memory into `peak` until `stop`; returns QEMU's pid.
+fn start_sampling(pid: u32, stop: &Arc<AtomicBool>, peak: &Arc<AtomicU64>) -> u32 {
+    let q = descendant_named(pid, "qemu-system").expect("QEMU under tiermem run");
+    let (stop, peak) = (stop.clone(), peak.clone());
+    std::thread::spawn(move || sample_peak(q, stop, peak));
+    q
+}
+
 /// QEMU's sampled peak resident memory, which must be within `budget` plus
 /// the overhead.
 fn assert_peak_within(peak: &AtomicU64, budget: u64, context: &str) -> u64 {
@@ -163,12 +172,7 @@ fn a_qemu_guest_runs_tiered_within_budget_and_every_page_survives() {
     let mut rss_after_change = None;
     let run = guest::run(cmd, Duration::from_secs(150), |pid, event| match event {
         Event::Started => group.0 = pid,
-        Event::Ready => {
-            let q = descendant_named(pid, "qemu-system").expect("QEMU under tiermem run");
-            let (stop, peak) = (stop.clone(), peak.clone());
-            std::thread::spawn(move || sample_peak(q, stop, peak));
-            qemu_pid = Some(q);
-        }
+        Event::Ready => qemu_pid = Some(start_sampling(pid, &stop, &peak)),
         Event::Pass(p) if p.index == 1 => {
             let q = qemu_pid.expect("the walker was ready");
             changed = Some(ctl(&[&q.to_string(), "budget", &LOWER_BUDGET.to_string()]));
@@ -275,9 +279,7 @@ fn a_qemu_guest_in_shared_memory_is_tiered_within_budget() {
     let run = guest::run(cmd, Duration::from_secs(150), |pid, event| match event {
         Event::Started => group.0 = pid,
         Event::Ready => {
-            let q = descendant_named(pid, "qemu-system").expect("QEMU under tiermem run");
-            let (stop, peak) = (stop.clone(), peak.clone());
-            std::thread::spawn(move || sample_peak(q, stop, peak));
+            start_sampling(pid, &stop, &peak);
         }
         _ => {}
     })

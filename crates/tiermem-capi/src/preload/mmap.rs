@@ -80,16 +80,16 @@ pub unsafe extern "C" fn mmap(
     offset: libc::off_t,
 ) -> *mut c_void {
     let fixed = flags & libc::MAP_FIXED != 0;
+    let request = FileMap {
+        addr: addr as usize,
+        len,
+        prot,
+        flags,
+        fd,
+        offset,
+    };
     let mut said = false;
     if active() && !inside() && flags & libc::MAP_ANONYMOUS == 0 && memfd::any() {
-        let request = FileMap {
-            addr: addr as usize,
-            len,
-            prot,
-            flags,
-            fd,
-            offset,
-        };
         match map_memfd(&request) {
             Memfd::Tiered(p) => return p,
             Memfd::Untiered { reason_said } => said = reason_said,
@@ -104,7 +104,7 @@ pub unsafe extern "C" fn mmap(
     }
     if fixed && touches_arena(addr as usize, len) {
         if !is_plain(flags) {
-            return map_foreign_in_arena(addr as usize, len, prot, flags, fd, offset, said);
+            return map_foreign_in_arena(&request, said);
         }
         return map_fixed_in_arena(addr as usize, len, prot, flags);
     }
@@ -131,6 +131,15 @@ struct FileMap {
     flags: c_int,
     fd: c_int,
     offset: libc::off_t,
+}
+
+impl FileMap {
+    /// The mapping made by the kernel wherever it likes, to learn whether
+    /// and how the kernel would refuse it.
+    unsafe fn trial(&self) -> io::Result<usize> {
+        let flags = self.flags & !libc::MAP_FIXED;
+        raw::mmap(0, self.len, self.prot, flags, self.fd, self.offset)
+    }
 }
 
 /// What became of a file mapping of a followed memfd (see `memfd`).
@@ -180,33 +189,25 @@ unsafe fn map_memfd(m: &FileMap) -> Memfd {
 /// file once first, so that a mapping it would refuse is refused with its
 /// error. `None` where tiermem cannot place it.
 unsafe fn tier_memfd(m: &FileMap) -> Option<*mut c_void> {
-    let FileMap {
-        addr,
-        len,
-        prot,
-        flags,
-        fd,
-        offset,
-    } = *m;
-    let fixed = flags & libc::MAP_FIXED != 0;
-    let span = len.next_multiple_of(BASE_PAGE);
-    if fixed && (!addr.is_multiple_of(BASE_PAGE) || !runtime().is_lazy_range(addr, span)) {
+    let fixed = m.flags & libc::MAP_FIXED != 0;
+    let span = m.len.next_multiple_of(BASE_PAGE);
+    if fixed && (!m.addr.is_multiple_of(BASE_PAGE) || !runtime().is_lazy_range(m.addr, span)) {
         return None;
     }
-    let trial = raw::mmap(0, len, prot, flags & !libc::MAP_FIXED, fd, offset).ok()?;
-    let _ = raw::munmap(trial, len);
+    let trial = m.trial().ok()?;
+    let _ = raw::munmap(trial, m.len);
     let _inside = Guard::enter();
     let rt = runtime();
     let at = match fixed {
         true => {
-            rt.take_back_foreign(addr, span).ok()?;
-            rt.map_fixed_zero(addr, span);
-            rt.protect(addr, span, prot).ok()?;
-            addr
+            rt.take_back_foreign(m.addr, span).ok()?;
+            rt.map_fixed_zero(m.addr, span);
+            rt.protect(m.addr, span, m.prot).ok()?;
+            m.addr
         }
-        false => alloc_tiered(span, prot)? as usize,
+        false => alloc_tiered(span, m.prot)? as usize,
     };
-    if !memfd::record(at, span, fd, offset) {
+    if !memfd::record(at, span, m.fd, m.offset) {
         if !fixed {
             rt.unmap(at, span);
         }
@@ -341,15 +342,8 @@ unsafe fn map_fixed_in_arena(addr: usize, len: usize, prot: c_int, flags: c_int)
 /// The kernel maps it elsewhere first and then moves it into place, so a
 /// mapping the kernel refuses (a bad descriptor, a read-only file mapped
 /// writable) fails with its error and leaves the range as it was.
-unsafe fn map_foreign_in_arena(
-    addr: usize,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    offset: libc::off_t,
-    said: bool,
-) -> *mut c_void {
+unsafe fn map_foreign_in_arena(m: &FileMap, said: bool) -> *mut c_void {
+    let (addr, len) = (m.addr, m.len);
     let rt = runtime();
     let span = len.next_multiple_of(BASE_PAGE);
     if !addr.is_multiple_of(BASE_PAGE) || len == 0 {
@@ -360,7 +354,7 @@ unsafe fn map_foreign_in_arena(
         set_errno(libc::ENOMEM);
         return MAP_FAILED;
     }
-    let trial = match raw::mmap(0, len, prot, flags & !libc::MAP_FIXED, fd, offset) {
+    let trial = match m.trial() {
         Ok(p) => p,
         Err(e) => return fail(e, MAP_FAILED),
     };
@@ -371,7 +365,7 @@ unsafe fn map_foreign_in_arena(
     match mapped {
         Ok(p) => {
             if !said {
-                report_if_over_budget(len, prot, flags, fd);
+                report_if_over_budget(len, m.prot, m.flags, m.fd);
             }
             p as *mut c_void
         }
