@@ -30,7 +30,7 @@
 //! to the kernel.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::exit_stats::mib;
@@ -77,14 +77,42 @@ impl Mapping {
 static FOLLOWED: AtomicUsize = AtomicUsize::new(0);
 static TABLE: Mutex<Vec<Memfd>> = Mutex::new(Vec::new());
 
+/// The program's descriptors of the first followed memfds, readable
+/// without the table's lock: a `write` or `close` on any other descriptor
+/// (from a signal handler, say, which may have interrupted this thread
+/// while it held the lock) never takes it. `ALL_IN_VIEW` is false when
+/// more memfds are followed than there are slots.
+const VIEW_SLOTS: usize = 8;
+static VIEW: [AtomicI32; VIEW_SLOTS] = [const { AtomicI32::new(-1) }; VIEW_SLOTS];
+static ALL_IN_VIEW: AtomicBool = AtomicBool::new(true);
+
 fn table() -> std::sync::MutexGuard<'static, Vec<Memfd>> {
     TABLE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes `all`, the table as it now stands (its lock held), the one the
+/// lock-free checks see.
+fn publish(all: &[Memfd]) {
+    let mut open = all.iter().map(|m| m.fd).filter(|&fd| fd >= 0);
+    for slot in &VIEW {
+        slot.store(open.next().unwrap_or(-1), Ordering::Release);
+    }
+    ALL_IN_VIEW.store(open.next().is_none(), Ordering::Release);
+    FOLLOWED.store(all.len(), Ordering::Release);
 }
 
 /// Whether any memfd is followed (one atomic load).
 #[inline]
 pub(super) fn any() -> bool {
     FOLLOWED.load(Ordering::Acquire) != 0
+}
+
+/// Whether `fd` may be a followed memfd's descriptor, without the lock.
+fn may_be_followed(fd: c_int) -> bool {
+    fd >= 0
+        && any()
+        && (!ALL_IN_VIEW.load(Ordering::Acquire)
+            || VIEW.iter().any(|slot| slot.load(Ordering::Acquire) == fd))
 }
 
 const UNKNOWN: u8 = 0;
@@ -115,7 +143,7 @@ pub(super) fn on_create(fd: c_int, flags: u32) {
     // A descriptor number the kernel hands out again was closed before.
     all.retain(|m| m.fd != fd || m.mapping.is_some());
     all.push(Memfd { fd, mapping: None });
-    FOLLOWED.store(all.len(), Ordering::Release);
+    publish(&all);
 }
 
 /// Whether a `mmap` of `fd` is one to tier: shared, read-write, large
@@ -200,7 +228,7 @@ pub(super) fn record(addr: usize, len: usize, fd: c_int, offset: i64) -> bool {
 /// and its tiered mapping is drained into the file first.
 pub(super) fn on_escape(fd: c_int, why: &str) {
     // The calls tiermem makes itself (on its store, say) never count.
-    if !any() || fd < 0 || inside() {
+    if !may_be_followed(fd) || inside() {
         return;
     }
     let _inside = Guard::enter();
@@ -214,7 +242,7 @@ pub(super) fn on_escape(fd: c_int, why: &str) {
 /// followed: what the call may write makes the file hold data, which a
 /// later mapping sees (`st_blocks`), and is then left to the kernel.
 pub(super) fn on_file_access(fd: c_int, why: &str) {
-    if !any() || fd < 0 || inside() {
+    if !may_be_followed(fd) || inside() {
         return;
     }
     let _inside = Guard::enter();
@@ -227,7 +255,7 @@ pub(super) fn on_file_access(fd: c_int, why: &str) {
 /// zeroed in part, as the kernel zeroes them) and the call needs no drain.
 /// False for any other descriptor, or a range that does not fit the file.
 pub(super) fn punch(fd: c_int, at: i64, len: i64) -> bool {
-    if !any() || fd < 0 || inside() || at < 0 || len <= 0 {
+    if !may_be_followed(fd) || inside() || at < 0 || len <= 0 {
         return false;
     }
     let _inside = Guard::enter();
@@ -270,7 +298,7 @@ pub(super) fn on_range_change(addr: usize, len: usize, why: &str, unmapping: boo
 /// The program closes `fd`. A mapped memfd stays tiered, reachable through
 /// its mapping only; an unmapped one is gone.
 pub(super) fn on_close(fd: c_int) {
-    if !any() || fd < 0 || inside() {
+    if !may_be_followed(fd) || inside() {
         return;
     }
     let _inside = Guard::enter();
@@ -279,7 +307,7 @@ pub(super) fn on_close(fd: c_int) {
     for m in all.iter_mut().filter(|m| m.fd == fd) {
         m.fd = -1;
     }
-    FOLLOWED.store(all.len(), Ordering::Release);
+    publish(&all);
 }
 
 /// The program closed every descriptor in `[first, last]`.
@@ -306,7 +334,7 @@ pub(super) fn forget_in_child() {
         close_own(p);
     }
     all.clear();
-    FOLLOWED.store(0, Ordering::Release);
+    publish(&all);
 }
 
 /// `MADV_DONTFORK` (`dontfork`) or `MADV_DOFORK` over `[addr, addr+len)`.
@@ -351,7 +379,7 @@ fn take_where(mut pick: impl FnMut(&Memfd) -> bool) -> Vec<Memfd> {
     let mut all = table();
     let (taken, kept): (Vec<_>, Vec<_>) = all.drain(..).partition(|m| pick(m));
     *all = kept;
-    FOLLOWED.store(all.len(), Ordering::Release);
+    publish(&all);
     taken
 }
 
