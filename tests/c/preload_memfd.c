@@ -25,6 +25,7 @@
  *                 again, the file shows every byte
  *   close-munmap  the descriptor is closed, then the mapping goes: the
  *                 memory is gone, and a new memfd is tiered again
+ *   close_range-munmap  the same, the descriptor closed by close_range
  *   lost          under TIERMEM_INJECT_FAULTS=read:1- every page read back
  *                 from the store is lost (SIGBUS, caught); the file is then
  *                 read: lost pages are zeros in the mapping and the file,
@@ -301,8 +302,12 @@ static int unmap_modes(int fd) {
         printf("OK %s: %lu pages kept by the file after munmap\n", mode, PAGES);
         return 1;
     }
-    if (!strcmp(mode, "close-munmap")) {
-        close(fd);
+    if (!strcmp(mode, "close-munmap") || !strcmp(mode, "close_range-munmap")) {
+        if (!strncmp(mode, "close_range", 11)) {
+            if (close_range(fd, fd, 0)) fail("close_range");
+        } else {
+            close(fd);
+        }
         if (munmap(map, SIZE)) fail("munmap");
         int again = new_memfd();
         map = map_memfd(again);

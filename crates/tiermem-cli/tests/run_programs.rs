@@ -701,7 +701,8 @@ fn shared_memory_mapped_into_a_reservation_keeps_every_byte_and_is_said() {
 /// the file (`fallocate`, as a balloon driver returns guest pages) reads as
 /// zeros with no drain. A mapping
 /// nobody sees (also through a fork after `MADV_DONTFORK`, or after the
-/// program closed its descriptor) stays tiered and nothing is said. Pages
+/// program closed its descriptor with `close` or `close_range`) stays
+/// tiered and nothing is said. Pages
 /// lost to read errors before a drain are holes in the file, said, and the
 /// drain moves the rest. The store-only tier makes every run page the
 /// mapping out.
@@ -759,7 +760,12 @@ fn a_memfd_is_tiered_until_its_file_is_shown_and_keeps_every_byte() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    for mode in ["none", "fork-dontfork", "close-munmap"] {
+    for mode in [
+        "none",
+        "fork-dontfork",
+        "close-munmap",
+        "close_range-munmap",
+    ] {
         let stderr = c_program_env("preload_memfd", "16M", &[], STORE_ONLY, &|_| {
             vec![mode.into()]
         });

@@ -33,12 +33,15 @@
 //! may write any page at any time; after stage 4 no write can land
 //! anywhere but the file.
 
+use std::fs::File;
+use std::mem::ManuallyDrop;
 use std::ops::Range;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::fs::FileExt;
 
 use super::foreign::cut_out;
-use super::lock;
 use crate::error::{Error, Result};
+use crate::frames::frame_is_zero;
 use crate::page_table::{Kind, PageNo};
 use crate::runtime::Runtime;
 use crate::sys::raw;
@@ -77,7 +80,6 @@ impl Runtime {
     ) -> Result<Drained> {
         let rt = self.shared();
         let pages = rt.pages_in(addr, len);
-        lock(&rt.lazy).claim(pages.start as u64, (pages.end - pages.start) as u64);
         // Stage 1, while the program runs.
         let mut lost = Vec::new();
         self.gather(pages.clone(), false, &mut lost)?;
@@ -220,20 +222,27 @@ unsafe fn copy_into_file(
     released: &mut usize,
 ) -> Result<u64> {
     const PAGE: usize = 4096;
+    let file = borrowed_file(fd);
     let mut written = 0u64;
     for chunk in (0..len).step_by(COPY_CHUNK) {
         let end = (chunk + COPY_CHUNK).min(len);
         let mut run: Option<usize> = None;
         for at in (chunk..end).step_by(PAGE).chain(std::iter::once(end)) {
-            // SAFETY: every page of the stash but the skipped ones is
-            // mapped and readable.
+            // Every page of the stash but the skipped ones is mapped and
+            // readable, and page-aligned.
             let zero = at == end
                 || skip.binary_search(&at).is_ok()
-                || is_zero(unsafe { page_bytes(stash + at, PAGE) });
+                || frame_is_zero((stash + at) as *const u8, PAGE);
             match (run, zero) {
                 (None, false) => run = Some(at),
                 (Some(from), true) => {
-                    write_all_at(fd, stash + from, at - from, offset + from as i64)?;
+                    // SAFETY: the stash is readable over [from, at).
+                    let bytes = unsafe { stash_bytes(stash + from, at - from) };
+                    file.write_all_at(bytes, offset as u64 + from as u64)
+                        .map_err(|source| Error::Os {
+                            what: "writing tiered memory into its shared-memory file",
+                            source,
+                        })?;
                     written += ((at - from) / PAGE) as u64;
                     run = None;
                 }
@@ -248,51 +257,17 @@ unsafe fn copy_into_file(
 
 /// # Safety
 /// `[addr, addr+len)` is mapped and readable for as long as the slice lives.
-unsafe fn page_bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
+unsafe fn stash_bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
     // SAFETY: as the caller promises.
     unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
 }
 
-fn is_zero(bytes: &[u8]) -> bool {
-    let (head, words, tail) =
-        // SAFETY: any bytes are valid u64s.
-        unsafe { bytes.align_to::<u64>() };
-    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
-}
-
-/// `pwrite` of `[from, from+len)` into `fd` at `at`, all of it.
-fn write_all_at(fd: RawFd, from: usize, len: usize, at: i64) -> Result<()> {
-    let mut done = 0;
-    while done < len {
-        // SAFETY: the caller's stash is readable over [from, from+len).
-        let n = unsafe {
-            libc::pwrite(
-                fd,
-                (from + done) as *const libc::c_void,
-                len - done,
-                at + done as i64,
-            )
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => {
-                return Err(Error::Os {
-                    what: "writing tiered memory into its shared-memory file",
-                    source: std::io::Error::from_raw_os_error(libc::ENOSPC),
-                })
-            }
-            _ => {
-                let source = std::io::Error::last_os_error();
-                if source.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(Error::Os {
-                        what: "writing tiered memory into its shared-memory file",
-                        source,
-                    });
-                }
-            }
-        }
-    }
-    Ok(())
+/// `fd` as a `File` for its positioned reads and writes, never closed here
+/// (the descriptor is the caller's).
+fn borrowed_file(fd: RawFd) -> ManuallyDrop<File> {
+    // SAFETY: `fd` is open for as long as the caller uses the result, and
+    // `ManuallyDrop` keeps it from being closed.
+    ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
 }
 
 /// Stage 6: the file, mapped shared and read-write over the range.
@@ -326,30 +301,11 @@ unsafe fn put_back(stash: usize, addr: usize, len: usize, fd: RawFd, offset: i64
         );
         return;
     }
-    let mut done = 0;
-    while done < released {
-        // SAFETY: the range is the caller's, mapped read-write again.
-        let n = unsafe {
-            libc::pread(
-                fd,
-                (addr + done) as *mut libc::c_void,
-                released - done,
-                offset + done as i64,
-            )
-        };
-        if n > 0 {
-            done += n as usize;
-            continue;
-        }
-        let e = std::io::Error::last_os_error();
-        if n < 0 && e.kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
+    // SAFETY: the range is the caller's, mapped read-write again.
+    let range = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, released) };
+    if let Err(e) = borrowed_file(fd).read_exact_at(range, offset as u64) {
         eprintln!(
-            "tiermem: after a failed drain, {} bytes at {:#x} could not be read back from the file ({e})",
-            released - done,
-            addr + done,
+            "tiermem: after a failed drain, the first {released} bytes at {addr:#x} could not be read back from the file ({e})"
         );
-        return;
     }
 }
