@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_long, c_uint, c_void};
 use std::sync::atomic::AtomicUsize;
 
 use super::memfd::{on_close, on_create, on_escape, on_file_access};
-use super::{next_symbol, set_errno};
+use super::next_symbol;
 
 /// glibc's definitions of the functions here, looked up by [`resolve`]
 /// when the library loads: `write` and `close` are called from signal
@@ -61,26 +61,11 @@ pub fn resolve() {
     }
 }
 
-/// glibc's definition of `$name` (cached in `$cache`), with the C type
-/// `$ty`; ENOSYS and -1 when there is none.
-macro_rules! real {
-    ($cache:ident, $name:literal, $ty:ty) => {{
-        match next_symbol($name, &$cache) {
-            // SAFETY: glibc's function of that name has this signature.
-            Some(f) => unsafe { std::mem::transmute::<usize, $ty>(f) },
-            None => {
-                set_errno(libc::ENOSYS);
-                return -1 as _;
-            }
-        }
-    }};
-}
-
 /// # Safety
 /// The C contract of memfd_create(2).
 #[no_mangle]
 pub unsafe extern "C" fn memfd_create(name: *const libc::c_char, flags: c_uint) -> c_int {
-    let real = real!(
+    let real = glibc_fn!(
         MEMFD_CREATE,
         c"memfd_create",
         unsafe extern "C" fn(*const libc::c_char, c_uint) -> c_int
@@ -95,7 +80,7 @@ pub unsafe extern "C" fn memfd_create(name: *const libc::c_char, flags: c_uint) 
 /// The C contract of close(2).
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    let real = real!(CLOSE, c"close", unsafe extern "C" fn(c_int) -> c_int);
+    let real = glibc_fn!(CLOSE, c"close", unsafe extern "C" fn(c_int) -> c_int);
     on_close(fd);
     // SAFETY: the caller's own call.
     unsafe { real(fd) }
@@ -105,7 +90,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// The C contract of close_range(2).
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let real = real!(
+    let real = glibc_fn!(
         CLOSE_RANGE,
         c"close_range",
         unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int
@@ -123,7 +108,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 /// The C contract of write(2).
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize {
-    let real = real!(
+    let real = glibc_fn!(
         WRITE,
         c"write",
         unsafe extern "C" fn(c_int, *const c_void, usize) -> isize
@@ -137,7 +122,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize
 /// The C contract of pwrite(2).
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: usize, at: i64) -> isize {
-    let real = real!(
+    let real = glibc_fn!(
         PWRITE,
         c"pwrite",
         unsafe extern "C" fn(c_int, *const c_void, usize, i64) -> isize
@@ -159,7 +144,7 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: usize, at: i
 /// The C contract of writev(2).
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, count: c_int) -> isize {
-    let real = real!(
+    let real = glibc_fn!(
         WRITEV,
         c"writev",
         unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> isize
@@ -181,7 +166,7 @@ pub unsafe extern "C" fn pwritev2(
     at: i64,
     flags: c_int,
 ) -> isize {
-    let real = real!(PWRITEV2, c"pwritev2", PwritevFn);
+    let real = glibc_fn!(PWRITEV2, c"pwritev2", PwritevFn);
     on_file_access(fd, "the program wrote the file through its descriptor");
     // SAFETY: the caller's own call.
     unsafe { real(fd, iov, count, at, flags) }
@@ -231,7 +216,7 @@ pub unsafe extern "C" fn pwritev64v2(
 /// The C contract of ftruncate(2).
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: i64) -> c_int {
-    let real = real!(
+    let real = glibc_fn!(
         FTRUNCATE,
         c"ftruncate",
         unsafe extern "C" fn(c_int, i64) -> c_int
@@ -253,7 +238,7 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: i64) -> c_int {
 /// The C contract of fallocate(2).
 #[no_mangle]
 pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, at: i64, len: i64) -> c_int {
-    let real = real!(
+    let real = glibc_fn!(
         FALLOCATE,
         c"fallocate",
         unsafe extern "C" fn(c_int, c_int, i64, i64) -> c_int
@@ -281,7 +266,7 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, at: i64, len: i64) 
 /// The C contract of posix_fallocate(3), which returns an error number.
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, at: i64, len: i64) -> c_int {
-    let real = real!(
+    let real = glibc_fn!(
         POSIX_FALLOCATE,
         c"posix_fallocate",
         unsafe extern "C" fn(c_int, i64, i64) -> c_int
@@ -303,7 +288,7 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, at: i64, len: i64) -> c_in
 /// The C contract of dup(2).
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    let real = real!(DUP, c"dup", unsafe extern "C" fn(c_int) -> c_int);
+    let real = glibc_fn!(DUP, c"dup", unsafe extern "C" fn(c_int) -> c_int);
     on_escape(fd, "the program duplicated its descriptor");
     // SAFETY: the caller's own call.
     unsafe { real(fd) }
@@ -313,7 +298,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// The C contract of dup2(2): `new` is closed first, unless it is `old`.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    let real = real!(DUP2, c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int);
+    let real = glibc_fn!(DUP2, c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int);
     if old != new {
         on_escape(old, "the program duplicated its descriptor");
         on_close(new);
@@ -326,7 +311,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// The C contract of dup3(2).
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    let real = real!(
+    let real = glibc_fn!(
         DUP3,
         c"dup3",
         unsafe extern "C" fn(c_int, c_int, c_int) -> c_int
@@ -346,7 +331,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 #[cfg(target_arch = "x86_64")]
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
-    let real = real!(
+    let real = glibc_fn!(
         FCNTL,
         c"fcntl",
         unsafe extern "C" fn(c_int, c_int, c_long) -> c_int
@@ -377,7 +362,7 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
 /// The C contract of sendmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(sock: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
-    let real = real!(
+    let real = glibc_fn!(
         SENDMSG,
         c"sendmsg",
         unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> isize
@@ -399,7 +384,7 @@ pub unsafe extern "C" fn sendmmsg(
     count: c_uint,
     flags: c_int,
 ) -> c_int {
-    let real = real!(
+    let real = glibc_fn!(
         SENDMMSG,
         c"sendmmsg",
         unsafe extern "C" fn(c_int, *mut libc::mmsghdr, c_uint, c_int) -> c_int
@@ -472,7 +457,7 @@ pub unsafe extern "C" fn copy_file_range(
     len: usize,
     flags: c_uint,
 ) -> isize {
-    let real = real!(COPY_FILE_RANGE, c"copy_file_range", CopyFn);
+    let real = glibc_fn!(COPY_FILE_RANGE, c"copy_file_range", CopyFn);
     let why = [
         "the program copied its file",
         "the program copied into its file",
@@ -492,7 +477,7 @@ pub unsafe extern "C" fn splice(
     len: usize,
     flags: c_uint,
 ) -> isize {
-    let real = real!(SPLICE, c"splice", CopyFn);
+    let real = glibc_fn!(SPLICE, c"splice", CopyFn);
     let why = [
         "the program spliced its file",
         "the program spliced into its file",
@@ -505,7 +490,7 @@ pub unsafe extern "C" fn splice(
 /// The C contract of sendfile(2).
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(out: c_int, fd_in: c_int, at: *mut i64, n: usize) -> isize {
-    let real = real!(
+    let real = glibc_fn!(
         SENDFILE,
         c"sendfile",
         unsafe extern "C" fn(c_int, c_int, *mut i64, usize) -> isize

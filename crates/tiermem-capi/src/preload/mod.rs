@@ -12,6 +12,23 @@
 //! Without `TIERMEM_PRELOAD=1` (a program linking `-ltiermem` for the API)
 //! every interposed function forwards to glibc or the kernel unchanged.
 
+/// glibc's definition of a function tiermem shadows, with the C type
+/// `$ty`, its address cached in `$cache` (looked up when the library loads,
+/// so that no lookup, which allocates, happens later in a signal handler);
+/// ENOSYS and -1 from the calling function when glibc has none.
+macro_rules! glibc_fn {
+    ($cache:ident, $name:literal, $ty:ty) => {{
+        match $crate::preload::next_symbol($name, &$cache) {
+            // SAFETY: glibc's function of that name has this signature.
+            Some(f) => unsafe { std::mem::transmute::<usize, $ty>(f) },
+            None => {
+                $crate::preload::set_errno(libc::ENOSYS);
+                return -1 as _;
+            }
+        }
+    }};
+}
+
 pub(crate) mod control;
 mod exit_stats;
 mod fd_escapes;

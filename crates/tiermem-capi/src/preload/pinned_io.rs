@@ -48,22 +48,6 @@ pub fn resolve() {
     }
 }
 
-/// glibc's definition of a function we shadow.
-macro_rules! next {
-    ($cache:ident, $name:literal, $ty:ty) => {{
-        match next_symbol($name, &$cache) {
-            // SAFETY: glibc's function of that name has this signature.
-            Some(f) => unsafe { std::mem::transmute::<usize, $ty>(f) },
-            None => return fail_nosys(),
-        }
-    }};
-}
-
-fn fail_nosys() -> isize {
-    super::set_errno(libc::ENOSYS);
-    -1
-}
-
 /// The runtime, when `[buf, buf + len)` touches tiered memory and this
 /// call is the program's (under `tiermem run`, or through the C API).
 fn tiered(buf: *const c_void, len: usize) -> Option<&'static Runtime> {
@@ -121,7 +105,7 @@ fn pinned_read(
 /// The C contract of read(2).
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize {
-    let real = next!(READ, c"read", ReadFn);
+    let real = glibc_fn!(READ, c"read", ReadFn);
     super::memfd::on_file_access(fd, "the program read the file through its descriptor");
     match pinning(fd, buf, count) {
         // SAFETY: the caller's own read.
@@ -135,7 +119,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: usize) -> isiz
 /// The C contract of pread(2).
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: usize, offset: i64) -> isize {
-    let real = next!(PREAD, c"pread", PreadFn);
+    let real = glibc_fn!(PREAD, c"pread", PreadFn);
     super::memfd::on_file_access(fd, "the program read the file through its descriptor");
     match pinning(fd, buf, count) {
         // SAFETY: the caller's own read.
@@ -253,9 +237,9 @@ fn pinned_readv(
 /// The C contract of readv(2).
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, iovcnt: c_int) -> isize {
-    let real = next!(READV, c"readv", ReadvFn);
+    let real = glibc_fn!(READV, c"readv", ReadvFn);
     super::memfd::on_file_access(fd, "the program read the file through its descriptor");
-    let real_read = next!(READ, c"read", ReadFn);
+    let real_read = glibc_fn!(READ, c"read", ReadFn);
     pinned_readv(
         fd,
         iov,
@@ -277,7 +261,7 @@ pub unsafe extern "C" fn preadv2(
     offset: i64,
     flags: c_int,
 ) -> isize {
-    let real = next!(PREADV2, c"preadv2", PreadvFn);
+    let real = glibc_fn!(PREADV2, c"preadv2", PreadvFn);
     super::memfd::on_file_access(fd, "the program read the file through its descriptor");
     // -1: the file's own position, as read(2).
     let at = |done: usize| {
